@@ -465,3 +465,56 @@ def test_a_data_parallel_table_keeps_the_first_ddp_bucket():
     assert tablewise == [("ddp all_reduce bucket 0", 1256708.0), ("ddp all_reduce bucket 1", 28672.0)]
     assert with_dp == tablewise
     assert sum(b for _, b in with_dp) == c.dense_params() * c.dtype_bytes
+
+
+def test_a_data_parallel_table_backward_zero_fills_its_gradient_and_steps_it_once(catalog):
+    """A replicated table (``nn.EmbeddingBag(sparse=False)`` under DDP) forms a dense table-sized gradient in the
+    backward (zero fill: one pass over 1M x 64 FP32 = 256 MB) and is stepped once by the dense optimizer (read
+    the gradient, read + write the weights: three passes). Its backward was priced as if sparse (touched rows only:
+    4.4 us on an H100 instead of >= 76 us for the zero fill), and the fix must not count the update twice."""
+    rows, dim = 1_000_000, 64
+    c = config(tables=[{"name": "big", "num_embeddings": 2_000_000, "pooling_factor": 10},
+                       {"name": "dp", "num_embeddings": rows, "pooling_factor": 2}],
+               plan={"big": {"type": "table_wise", "ranks": [0]}, "dp": {"type": "data_parallel"}})
+    g = build_dlrm_graph(c, catalog=catalog).graph.compile()
+    res = simulate(g, RooflineCostModel(catalog), Overheads.zero())
+    dur = {g.names[i]: res.durations[i] for i in range(g.n_real) if g.rank[i] == 0}
+    table_us = rows * dim * EB / catalog.device(catalog.systems["DGX-H100"].device).mem_bw * 1e6  # one pass: 76 us
+    bwd = dur["embedding bwd dp (1 tables, dim 64)"]
+    # zero fill + scatter-add of B x 2 lookups (a few us), not the three passes of the update
+    assert table_us <= bwd <= 1.1 * table_us, (bwd, table_us)
+    steps = [res.durations[i] for i in range(g.n_real) if g.rank[i] == 0 and g.names[i] == "dense optimizer step"]
+    assert max(steps) == pytest.approx(3 * table_us, rel=0.02)  # the update: once, in the optimizer phase
+
+
+def test_a_data_parallel_tables_optimizer_step_moves_the_tables_dtype(catalog):
+    """Mixed precision with FP32 tables (DeepLearningExamples' AMP: ``dtype: fp16``, ``embedding_dtype: fp32``): the
+    dense optimizer step over a replicated table reads and writes FP32 weights and gradients (its all-reduce already
+    sent FP32 gradients); it was priced in the dense dtype, half the bytes."""
+    rows = 1_000_000
+    c = config(dtype="fp16", embedding_dtype="fp32",
+               tables=[{"name": "big", "num_embeddings": 2_000_000, "pooling_factor": 10},
+                       {"name": "dp", "num_embeddings": rows, "pooling_factor": 2}],
+               plan={"big": {"type": "table_wise", "ranks": [0]}, "dp": {"type": "data_parallel"}})
+    g = build_dlrm_graph(c, catalog=catalog).graph.compile()
+    steps = [g.ops.iloc[g.op_index[i]] for i in range(g.n_real)
+             if g.rank[i] == 0 and g.names[i] == "dense optimizer step"]
+    table = [o for o in steps if float(o["elements"]) == rows * D]
+    assert len(table) == 1 and table[0]["dtype"] == "fp32"
+    assert {o["dtype"] for o in steps if float(o["elements"]) != rows * D} == {"fp16"}
+    res = simulate(g, RooflineCostModel(catalog), Overheads.zero())
+    dur = max(res.durations[i] for i in range(g.n_real) if g.rank[i] == 0 and g.names[i] == "dense optimizer step")
+    bw = catalog.device(catalog.systems["DGX-H100"].device).mem_bw
+    assert dur == pytest.approx(3 * rows * D * 4 / bw * 1e6, rel=0.02)  # 3 passes of 256 MB: 229 us, not 115
+
+
+def test_a_data_parallel_tables_gradient_is_one_ddp_bucket_not_split(catalog):
+    """DDP never splits a parameter across buckets: the fused replicated table (one ``nn.EmbeddingBag`` per dim,
+    1M x 64 FP32 = 256 MB of gradient) is one all-reduce; it went as ten all-reduces of at most 25 MiB."""
+    c = config(tables=[{"name": "big", "num_embeddings": 2_000_000, "pooling_factor": 10},
+                       {"name": "dp", "num_embeddings": 1_000_000, "pooling_factor": 2}],
+               plan={"big": {"type": "table_wise", "ranks": [0]}, "dp": {"type": "data_parallel"}})
+    g = build_dlrm_graph(c, catalog=catalog).graph.compile()
+    ars = [float(g.ops.iloc[g.op_index[i]]["size_bytes"]) for i in range(g.n_real)
+           if g.rank[i] == 0 and g.names[i].startswith("ddp all_reduce dp tables")]
+    assert ars == pytest.approx([1_000_000 * D * EB], rel=1e-6)

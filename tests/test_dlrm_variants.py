@@ -750,3 +750,35 @@ def test_gpu_benchmark_run_config_reads_nan_columns_of_the_other_source_as_unset
     cfg, _, _ = bench.run_config(r, cat)
     assert cfg.grad_scaler is False and cfg.lookup_output_dtype is None
     assert bench.costed_system(r, cat) == cfg.system
+
+
+def test_gpu_benchmark_gives_each_hugectr_round_its_submitted_hybrid_embedding_thresholds(catalog):
+    """The MLPerf v2.0/v2.1 single-node HugeCTR configs set ``p_dup_max = 0.03`` (training_results_v2.0 NVIDIA
+    ``dgx_a100.py``, v2.1 GIGABYTE ``G492-ZD2.py`` and NVIDIA ``dgx_h100.py``), the v2.1 H100 4-node preview an
+    all-to-all bandwidth of 23.75e9 B/s (``dgx_h100_4x8x2240.py``); v1.0 (JSON configs) and the multi-node A100
+    configs keep HugeCTR's defaults. Every round ran with the defaults, and a v1.0 and a v2.1 run of the same node
+    and batch shared one graph."""
+    from hybrid.workloads.dlrm_hybrid_embedding import HybridEmbedding
+
+    bench = _gpu_bench()
+    assert bench.hugectr_hybrid_params("v1.0", 1, "A100-SXM4-80GB") == {}
+    assert bench.hugectr_hybrid_params("v2.1", 1, "A100-SXM4-80GB") == {"p_dup_max": 0.03}
+    assert bench.hugectr_hybrid_params("v2.1", 1, "H100-SXM5-80GB") == {"p_dup_max": 0.03}
+    assert bench.hugectr_hybrid_params("v2.1", 14, "A100-SXM4-80GB") == {}
+    assert bench.hugectr_hybrid_params("v2.1", 4, "H100-SXM5-80GB") == {"a2a_bw": 23.75e9}
+    # thresholds (occurrences per iteration) by hand: one node of 8 GPUs, 55296 samples: M = 6912 per GPU
+    m = 6912
+    single = HybridEmbedding(1.0, **bench.hugectr_hybrid_params("v2.1", 1, "A100-SXM4-80GB"))
+    assert single.count_threshold(55296, 8, 1) == pytest.approx(55296 * (2 * 0.03 / (m * (m - 1))) ** 0.5)  # 1.96
+    four = HybridEmbedding(1.0, **bench.hugectr_hybrid_params("v2.1", 4, "H100-SXM5-80GB"))
+    assert four.count_threshold(71680, 32, 4) == pytest.approx(4 * 23.75e9 / 1.3e11 * 4 / 3)  # 0.974, not 7.79
+    rows = pd.DataFrame({
+        "mlperf_version": ["v1.0", "v2.1"], "org": ["NVIDIA"] * 2, "system": ["a", "b"],
+        "accelerator": ["NVIDIA A100-SXM4-80GB"] * 2, "nodes": [1, 1], "acc_per_node": [8, 8],
+        "global_batch_size": [55296, 55296], "median_ms_per_iteration": [1.7, 1.5],
+        "framework": ["Merlin HugeCTR"] * 2})
+    runs, _ = bench.map_mlperf(rows, catalog)
+    key, graphs, _ = bench.build_graphs(runs, catalog, 1.0)
+    assert len(graphs) == 2  # the v2.1 run replicates fewer categories: fewer frequent rows in its dp lookups
+    rows_of = [float(g.ops.loc[g.ops["op"] == "embedding_bag", "num_embeddings"].sum()) for g in graphs]
+    assert rows_of[0] != rows_of[1]

@@ -249,6 +249,26 @@ def test_search_forward_lookups_name_the_engines_variant(catalog):
     assert (bwd.loc[local, "variant"] == "dense_sgd").all() and (bwd.loc[~local, "variant"] == "sparse_sgd").all()
 
 
+def test_a_data_parallel_option_counts_its_dense_gradient_once_and_its_update_in_the_dense_step(catalog):
+    """A replicated 1M x 64 FP32 table (256 MB): its backward zero-fills a table-sized gradient (one pass, 76 us on an
+    H100) and its update (three passes) is the estimate's dense-update term, as in the graph. The embedding term
+    counted no table pass at all (1-2 us; counting the profiled row's update too would make it four), and the update
+    term four passes for SGD (3 + one of optimizer state SGD does not have)."""
+    from hybrid.sharding.search import estimate_costs
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    c = DLRMConfig.from_dict({"name": "dp", "system": "DGX-H100", "gpus": 4, "batch_size_per_gpu": 1024,
+                              "embedding_dim": 64, "tables": [{"name": "t", "num_embeddings": 1_000_000,
+                                                               "pooling_factor": 2}]})
+    target = resolve_target(c.system, catalog)
+    costs = estimate_costs(c, RooflineCostModel(catalog), target, capacity=80e9)
+    j = next(i for i, o in enumerate(costs.options) if o.type == "data_parallel")
+    pass_us = 1_000_000 * 64 * 4 / target.device.mem_bw * 1e6
+    assert pass_us <= costs.emb_us[0, j] <= 1.1 * pass_us, (costs.emb_us[0, j], pass_us)
+    # the update: the graph's dense SGD step (read the gradient, read + write the weights), not 3 + 1 passes
+    assert costs.dp_update_us_per_byte * 1_000_000 * 64 * 4 == pytest.approx(3 * pass_us)
+
+
 def test_greedy_plan_balances_a_dominant_multi_hot_table():
     """DLRM-DCNv2's 100-hot table holds half of every sample's lookups: a cost-model planner (``greedy_plan``, the
     stand-in for HugeCTR's and TorchRec's planners) splits it and replicates the tiny tables, and its iteration

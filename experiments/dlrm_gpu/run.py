@@ -81,6 +81,34 @@ OVERHEADS_BY_FAMILY = {"hugectr": Overheads(kernel_launch_us=1.0, framework_us=0
 #: Rounds whose HugeCTR ran the hybrid embedding (HugeCTR 3.1, MLPerf v1.0 on); v0.7's HugeCTR placed whole
 #: tables model-parallel.
 NO_HYBRID_EMBEDDING_ROUNDS = ("v0.7",)
+#: HugeCTR hybrid-embedding parameters (``HybridEmbeddingParam``) of the submitted configurations that differ from
+#: HugeCTR's defaults (``p_dup_max`` 0.01, all-to-all 1.9e11 B/s, all-reduce 1.3e11 B/s, which v1.0's JSON configs
+#: keep, e.g. training_results_v1.0 NVIDIA ``dgx_a100_8x8x1120.json``), by (first round, nodes: "single" / "multi",
+#: device prefix or "" for any). From v2.0 (HugeCTR in NGC 22.04, also every v2.1 A100 submission) the single-node
+#: configs set ``p_dup_max = 0.03`` (training_results_v2.0 NVIDIA ``hugectr/dgx_a100.py``, v2.1 GIGABYTE
+#: ``G492-ZD2.py``, v2.1 NVIDIA ``hugectr-preview/dgx_h100.py``): a category is frequent from sqrt(3) = 1.73x as
+#: many occurrences per iteration as v1.0's. The multi-node A100 configs keep the defaults (v2.1 HPE
+#: ``675D_a100_x8.py``, NVIDIA's 8-node template); the v2.1 H100 4-node preview sets an all-to-all bandwidth of
+#: 23.75e9 B/s (``dgx_h100_4x8x2240.py``): threshold 0.97 instead of 7.8 occurrences per iteration.
+HUGECTR_HYBRID_PARAMS: tuple[tuple[float, str, str, dict[str, float]], ...] = (
+    (2.0, "single", "", {"p_dup_max": 0.03}),
+    (2.1, "multi", "H100", {"a2a_bw": 23.75e9}),
+)
+
+
+def hugectr_hybrid_params(round_: object, nodes: int, device: str) -> dict[str, float]:
+    """:class:`HybridEmbedding` keyword arguments of the HugeCTR configuration a run of MLPerf round ``round_``
+    (``v2.1``) on ``nodes`` nodes of ``device`` submitted (:data:`HUGECTR_HYBRID_PARAMS`; HugeCTR's defaults
+    otherwise, and for a round that names no number)."""
+    number = round_number(round_)
+    kind = "multi" if int(nodes) > 1 else "single"
+    out: dict[str, float] = {}
+    for first, where, prefix, params in HUGECTR_HYBRID_PARAMS:
+        if number >= first and where == kind and str(device).startswith(prefix):
+            out.update(params)
+    return out
+
+
 #: HugeCTR's grouped weight-gradient buffer: one all-reduce for every dense gradient (a bucket of any size).
 HUGECTR_GROUPED_WGRAD = 1 << 40
 #: Zipf exponents tried for the Criteo category counts behind the hybrid embedding split (fitted on one round).
@@ -426,15 +454,17 @@ def build_graphs(runs: pd.DataFrame, catalog: Catalog, zipf_alpha: float = DEFAU
     HugeCTR's hybrid embedding with Criteo categories of Zipf exponent ``zipf_alpha``."""
     runs = runs.assign(**{c: runs[c].fillna(d) if c in runs else d
                           for c, d in (("grad_scaler", False), ("lookup_output_dtype", ""))})
+    # (the round: HugeCTR's hybrid-embedding parameters changed between rounds, :func:`hugectr_hybrid_params`)
     keys = runs[["variant", "device", "gpn", "nodes", "gpus", "global_batch", "dtype", "embedding_dtype",
-                 "bottom", "hybrid_emb", "family", "grad_scaler", "lookup_output_dtype"]].astype(str)
+                 "bottom", "hybrid_emb", "family", "grad_scaler", "lookup_output_dtype", "round"]].astype(str)
     key = keys.agg("|".join, axis=1)
     graphs, cat = {}, catalog
     for k, r in zip(key, runs.itertuples(index=False), strict=True):
         if k in graphs:
             continue
         cfg, stand_in, cat = run_config(r, cat)
-        he = HybridEmbedding(zipf_alpha) if bool(r.hybrid_emb) else None
+        he = (HybridEmbedding(zipf_alpha, **hugectr_hybrid_params(r.round, int(r.nodes), str(r.device)))
+              if bool(r.hybrid_emb) else None)
         ec = r.variant == "mlperf-dcnv2" and r.family == "hugectr"  # HugeCTR's embedding collection (DCNv2 rounds)
         # HugeCTR all-reduces every dense weight gradient at once from one grouped buffer (no DDP buckets)
         buckets = ({"bucket_bytes": HUGECTR_GROUPED_WGRAD, "first_bucket_bytes": HUGECTR_GROUPED_WGRAD}

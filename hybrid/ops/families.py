@@ -343,18 +343,56 @@ def _embedding_flops(df: Frame) -> Vector:
     return embedding_lookups(df) * col(df, "embedding_dim")
 
 
+#: Full passes over the tables of a backward row with a *dense* gradient (``variant`` ``dense_*``: what
+#: ``nn.EmbeddingBag(sparse=False)`` and ``torch.optim.SGD`` do and what ``hybrid profile`` times as
+#: ``dense_sgd``): the table-sized gradient is zero-filled (1 write), then the update ``w.add_(grad)`` reads the
+#: gradient and reads and writes the weights (3).
+DENSE_GRAD_ZERO_PASSES = 1.0
+DENSE_SGD_UPDATE_PASSES = 3.0
+
+
+def dense_gradient_rows(df: Frame) -> Vector:
+    """True for backward embedding rows whose gradient is dense, table-sized (``variant`` naming ``dense``, as
+    :func:`hybrid.corrections.features.dense_gradient` reads it)."""
+    if "variant" not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    dense = factor_map(df["variant"], lambda v: "dense" in v.lower(), "").astype(bool)
+    return dense & is_backward(df)
+
+
+def _embedding_bwd_parts(df: Frame) -> tuple[Vector, Vector]:
+    """(bytes of the gradient formed over the touched rows, bytes of the table passes of a dense gradient) of
+    backward embedding rows."""
+    t, bs, dim = col(df, "num_tables", 1), col(df, "batch_size"), col(df, "embedding_dim")
+    eb = dtype_bytes_vec(df)
+    index_bytes = embedding_lookups(df) * 8.0
+    out_bytes = t * bs * dim * eb
+    alpha = col(df, "zipf_alpha", 0.0)
+    unique = t * expected_unique_rows(col(df, "num_embeddings"), bs * col(df, "pooling_factor"), alpha)
+    # read output grads, read indices, read+write each touched row once (the fused sparse update, or the
+    # scatter-add into a dense gradient)
+    sparse = out_bytes + index_bytes + 2.0 * unique * dim * eb
+    table_bytes = t * col(df, "num_embeddings") * dim * eb
+    dense = np.where(dense_gradient_rows(df), (DENSE_GRAD_ZERO_PASSES + DENSE_SGD_UPDATE_PASSES) * table_bytes, 0.0)
+    return sparse, dense
+
+
+def dense_sgd_update_share(df: Frame) -> Vector:
+    """Share of a backward embedding row's bytes that its dense SGD update moves (:data:`DENSE_SGD_UPDATE_PASSES`
+    of the table passes; 0 for rows without a dense gradient): what a task graph that steps the table in its
+    optimizer phase takes out of the profiled backward + update row."""
+    sparse, dense = _embedding_bwd_parts(df)
+    update = dense * (DENSE_SGD_UPDATE_PASSES / (DENSE_GRAD_ZERO_PASSES + DENSE_SGD_UPDATE_PASSES))
+    return np.where(dense > 0, update / np.maximum(sparse + dense, 1e-300), 0.0)
+
+
 def _embedding_bytes(df: Frame) -> Vector:
     t, bs, dim = col(df, "num_tables", 1), col(df, "batch_size"), col(df, "embedding_dim")
     eb = dtype_bytes_vec(df)
     lookups = embedding_lookups(df)
-    index_bytes = lookups * 8.0
-    out_bytes = t * bs * dim * eb
-    fwd = lookups * dim * eb + index_bytes + out_bytes
-    alpha = col(df, "zipf_alpha", 0.0)
-    unique = t * expected_unique_rows(col(df, "num_embeddings"), bs * col(df, "pooling_factor"), alpha)
-    # bwd with fused optimizer: read output grads, read indices, read+write each touched row once
-    bwd = out_bytes + index_bytes + 2.0 * unique * dim * eb
-    return np.where(is_backward(df), bwd, fwd)
+    fwd = lookups * dim * eb + lookups * 8.0 + t * bs * dim * eb  # gather rows, read indices, write pooled output
+    sparse, dense = _embedding_bwd_parts(df)
+    return np.where(is_backward(df), sparse + dense, fwd)
 
 
 # --------------------------------------------------------------------------------------------- attention

@@ -37,7 +37,7 @@ from hybrid.engine.simulate import SimResult, simulate
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.hardware.device import Device
-from hybrid.ops.families import expected_unique_rows
+from hybrid.ops.families import ELEMENTWISE_VARIANTS, dense_sgd_update_share, expected_unique_rows
 from hybrid.sharding.heuristics import BASELINES
 from hybrid.sharding.memory import (
     FRAGMENTATION,
@@ -256,6 +256,11 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
                          for op in coll_ops for s in _GRID])
     table = pd.concat([emb, floor, coll], ignore_index=True)
     times, _ = predict_times(model, table)
+    # a data-parallel table's update is the dense optimizer pass (``dp_update_us_per_byte``), as in the graph: its
+    # backward row (backward + update, as profiled) keeps only the backward's share
+    keep = 1.0 - dense_sgd_update_share(table.iloc[: 2 * n + 3])
+    times = times.copy()
+    times[: 2 * n + 3] *= keep
     fwd, bwd = times[:n].reshape(T, n_opt), times[n:2 * n].reshape(T, n_opt)
     f_floor = times[2 * n]
     b_floor = np.where(bwd_variant == "dense_sgd", times[2 * n + 2], times[2 * n + 1])  # per option [n_opt]
@@ -316,7 +321,11 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
             C[:, j, _MEM] = frag * (w * (mult + 1.0) + B * dims * eb * 2.0)
             C[:, j, _DP] = w
     dev = target.device
-    dp_update = (3.0 + mult) / dev.mem_bw * 1e6  # us per byte of dense table update (read/write w, g, state)
+    # us per byte of a replicated table's update: the passes of the graph's dense optimizer step over it (SGD: read
+    # the gradient, read + write the weights = 3; torch's Adagrad: 11); the zero-filled gradient is in emb_us. It was
+    # (3 + state) passes: one too many for SGD, 6 too few for Adagrad
+    n_in, n_out, _ = ELEMENTWISE_VARIANTS[config.optimizer]
+    dp_update = (n_in + n_out) / dev.mem_bw * 1e6
     host = {}
     auto = host_placement_allowed(config, dev) and config.embedding_placement == "auto"
     if (host_weights or auto) and host_mem_per_node is not None and host_mem_per_node > 0:

@@ -32,12 +32,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device
-from hybrid.ops.families import expected_unique_rows
+from hybrid.ops.families import dense_sgd_update_share, expected_unique_rows
 from hybrid.sharding.plan import ShardingPlan, split_evenly
 from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.dlrm import DLRMConfig
@@ -748,9 +749,14 @@ def build_dlrm_graph(
                         g.kernel(r, f"embedding dp grad cast ({dt} -> {lo_dt})",
                                  cast(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"], "bwd"),
                                  deps=[inter_bwd[r]])
+                    # the profiled dense_sgd row is backward + SGD update; the update of a replicated table runs
+                    # in the optimizer phase (the dense step below, after its all-reduce): only the backward's
+                    # share (zero-filled table-sized gradient + scatter-add of the lookups) here
+                    row = emb(grp, "bwd", "dense_sgd")
+                    update = float(dense_sgd_update_share(pd.DataFrame([row]))[0])
                     dp_bwd[r] = g.kernel(
                         r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
-                        emb(grp, "bwd", "dense_sgd"), deps=[inter_bwd[r]])
+                        row, deps=[inter_bwd[r]], scale=1.0 - update)
         if hybrid_embedding is not None and R > 1 and dp_bwd:
             # HugeCTR reduces the frequent embeddings' gradients in its grouped weight-gradient buffer, in the
             # same all-reduce as the dense layers
@@ -758,12 +764,25 @@ def build_dlrm_graph(
             pending.append(dict(dp_bwd))
             pending_bytes += vol.dp_grad_bytes
             return
-        remaining = vol.dp_grad_bytes if R > 1 else 0.0
-        while remaining > 0:
-            chunk = min(remaining, bucket_bytes)
-            allreduces.append(coll(f"ddp all_reduce dp tables {len(allreduces)}", cop("all_reduce", chunk, R),
-                                   deps={r: [dp_bwd[r]] for r in all_ranks}))
-            remaining -= chunk
+        if R <= 1:
+            return
+        # DDP buckets whole parameters (``_compute_bucket_assignment_by_size``): gradients join a bucket until it
+        # holds ``bucket_bytes`` or more, and a parameter larger than that is one bucket of its own, never split
+        # (one fused table per embedding dim: 256 MB of gradient went as ten 25 MiB all-reduces)
+        sizes = np.array([grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"]
+                          for grp in groups[0] if not grp["sharded"]], dtype=np.float64)
+        sizes *= vol.dp_grad_bytes / max(float(sizes.sum()), 1e-300)  # (the groups' rows are rounded means)
+        buckets, filled = [], 0.0
+        for size in sizes:
+            filled += float(size)
+            if filled >= bucket_bytes:
+                buckets.append(filled)
+                filled = 0.0
+        if filled > 0:
+            buckets.append(filled)
+        for nbytes in buckets:
+            allreduces.append(coll(f"ddp all_reduce dp tables {len(allreduces)}", cop("all_reduce", nbytes, R),
+                                   deps={r: [dp_bwd[r]] for r in all_ranks}, args={"bytes": nbytes}))
 
     for r in all_ranks:
         g.kernel(r, "loss bwd", kop("elementwise", variant="sigmoid", elements=B, direction="bwd"))
@@ -850,8 +869,12 @@ def build_dlrm_graph(
     for r in all_ranks:
         step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")
         deps = [ar[r] for ar in allreduces if r in ar]
-        params = dense_tensors(r) + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
-                                  for grp in groups[r] if not grp["sharded"]]
+        dense_params = dense_tensors(r)
+        params = dense_params + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
+                                 for grp in groups[r] if not grp["sharded"]]
+        # a replicated table's weights (and gradient) are in the tables' dtype, not the dense layers' (mixed
+        # precision with FP32 tables: the step moved half the bytes it does)
+        param_dtypes = [dt] * len(dense_params) + [emb_dt] * (len(params) - len(dense_params))
         if config.grad_scaler:
             # GradScaler: the dense (FP32 master) gradients unscaled and checked in one multi-tensor pass, the
             # found-inf flag read back by the host (scaler.step), then every sparse gradient's values unscaled
@@ -888,8 +911,9 @@ def build_dlrm_graph(
             if "sparse coalesce host waits" in work:  # coalescing reads the unique-row count back to the host
                 step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)", kind="cpu",
                              overhead="kernel_launch", deps=[done])
-        for j, n in enumerate(params):
-            g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n)),
+        for j, (n, p_dt) in enumerate(zip(params, param_dtypes, strict=True)):
+            g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n),
+                                                    dtype=p_dt),
                      deps=deps if j == 0 else (), host_deps=[step] if j == 0 else ())
     info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
             "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
