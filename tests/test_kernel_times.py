@@ -124,6 +124,18 @@ def test_pointwise_kernel_time_takes_off_the_dispatch_the_trees_learned(tmp_path
     ops = query.iloc[:40].assign(device="A100-SXM4-80GB")
     costed = cost_ops(ops, model, catalog)["time_us"].to_numpy()
     np.testing.assert_allclose(costed, KernelTimeModel(model, learned_dispatch=True).predict(ops)["time_us"])
+    # and so does the engine (DLRM, traces): its host stream carries each op's launch and dispatch, so the GPU stream
+    # holds the kernel alone; before 2026-12-07 it kept the learned floor, 18 us of every small eager op twice
+    from hybrid.engine import Overheads, TaskGraph, simulate
+
+    g = TaskGraph(1)
+    small_rows = query[eager & small].iloc[:6]
+    for i, row in enumerate(small_rows.to_dict("records")):
+        g.kernel(0, f"norm{i}", row)
+    r = simulate(g, model, Overheads.zero())
+    want = KernelTimeModel(model, learned_dispatch=True).predict(small_rows)["time_us"].sum()
+    assert r.iteration_us == pytest.approx(want, rel=1e-9)
+    assert r.iteration_us < out.loc[small_rows.index, "time_us"].sum() - 6 * 15.0
 
 
 @pytest.fixture(scope="module")

@@ -568,8 +568,7 @@ def public_collectives(base: Path, cat, max_rows: int) -> pd.DataFrame:
 
 
 def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cache: dict,
-                kernel_times: bool = True, config_dir: str | Path | None = None,
-                host_dispatch_us: dict | None = None) -> dict:
+                kernel_times: bool = True, config_dir: str | Path | None = None) -> dict:
     from hybrid.data.traces import load_trace
     from hybrid.workloads import trace_parallel as tp
     from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
@@ -605,16 +604,7 @@ def predict_row(trace_dir: Path, row: pd.Series, device: str, models: dict, cach
     out = {"memory_pct": np.nan}
     for label, (model, cat) in models.items():
         it = build_trace_graph(traces, device, cat, same_device=False, transform=transform)
-        over = None
-        if host_dispatch_us and label in host_dispatch_us:
-            from hybrid.engine.overheads import DEFAULT_KERNEL_LAUNCH_US, Overheads
-
-            per = host_dispatch_us[label]
-            d = per.get(device, per.get("*"))
-            if d is not None:  # prototype: the per-op host cost is the dispatch the eager timings of this GPU carry
-                over = Overheads(framework_us=max(float(d) - DEFAULT_KERNEL_LAUNCH_US, 0.0), optimizer_step_us=0.0,
-                                 iteration_us=0.0)
-        pred = predict_trace(it, model, overheads=over, kernel_times=kernel_times)
+        pred = predict_trace(it, model, kernel_times=kernel_times)
         out[label] = pred.predicted_us / 1e3
         mem = pred.memory()
         # the traced process's tensors per GPU: as traced for one GPU, data parallelism and torch.compile (eager
@@ -698,14 +688,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU ops with the kernel model's eager per-op times (its fitted dispatch included), "
                          "as before kernel times were the default")
-    ap.add_argument("--dispatch-on-host", action="store_true",
-                    help="prototype: also take off the host dispatch the pointwise trees learned inside the eager "
-                         "GPUs' per-op times (KernelTimeModel(learned_dispatch=True)), so a small op costs its "
-                         "device time on the GPU stream and its dispatch only on the host stream (the engine's "
-                         "launch overheads)")
-    ap.add_argument("--learned-host-dispatch", action="store_true",
-                    help="prototype, with --dispatch-on-host: the engine's per-op host cost (launch + framework) is "
-                         "the GPU's learned dispatch instead of the default 15 us")
     ap.add_argument("--intervals", action="store_true",
                     help="calibrate the model's 80%% prediction intervals too and report how many labels fall "
                          "inside the predicted iteration-time interval (several more fits)")
@@ -790,21 +772,11 @@ def main(argv: list[str] | None = None) -> int:
     mname = ""
     for held, batch in passes:
         calib, ccat, fitted_on, n_fit, mname = fit(() if held is None else (held,))
-        learned: dict = {}
-        if args.dispatch_on_host and not args.as_fitted:
-            from hybrid.engine.costs import KernelTimeModel
-
-            # the learned per-GPU dispatch of the version-3 pointwise trees comes off too (the GEMMs' fitted
-            # constant already does); the engine's host stream carries every op's dispatch and launch
-            learned = next((dict(c.learned_dispatch) for c in getattr(calib, "corrections", [])
-                            if getattr(c, "learned_dispatch", None)), {})
-            calib = KernelTimeModel(calib, learned_dispatch=True)
-        host_dispatch = {"calibrated": learned} if learned and args.learned_host_dispatch else None
         models = {"roofline": (RooflineCostModel(cat), cat), "calibrated": (calib, ccat)}
         for r, dev in tqdm(batch, desc="label rows" if held is None else f"label rows ({held} held out)",
                            file=sys.stderr):
             pred = predict_row(trace_dir, r, dev, models, cache, kernel_times=not args.as_fitted,
-                               config_dir=config_dir, host_dispatch_us=host_dispatch)
+                               config_dir=config_dir)
             rows.append({"gpu": r["gpu"], "device": dev, "model": r["model"], "mode": r["mode"],
                          "parallel": r["extra"] or "single", "seqlen": int(r["seqlen"]), "batch": int(r["batch"]),
                          "measured_ms": float(r["e2e_latency"]), **pred,
@@ -950,7 +922,6 @@ def report(result: dict, table: pd.DataFrame, args: argparse.Namespace, plot: st
            f"{' --model ' + str(args.model) if getattr(args, 'model', None) else ''}"
            f"{f' --seed {args.seed}' if getattr(args, 'seed', 0) else ''}"
            f"{' --as-fitted' if getattr(args, 'as_fitted', False) else ''}"
-           f"{' --dispatch-on-host' if getattr(args, 'dispatch_on_host', False) else ''}"
            f"{' --intervals' if getattr(args, 'intervals', False) else ''}"
            f"{' --leave-one-gpu-out' if getattr(args, 'leave_one_gpu_out', False) else ''}"
            f"{f' --shots {args.shots}' if getattr(args, 'shots', 0) else ''}"

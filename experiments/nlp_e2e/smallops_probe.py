@@ -3,9 +3,9 @@
     python experiments/nlp_e2e/smallops_probe.py
 
 Per GPU and op: the roofline, the model's eager prediction (``raw``: dispatch included), the host part the
-version-3 pointwise trees learned inside it (``learned_host``), what the trace engine costs on the GPU stream now
-(``engine_now``: ``KernelTimeModel`` without ``learned_dispatch``) and with that host part taken off
-(``dispatch_off``: ``run.py --dispatch-on-host``). The model is fitted once (~1 min) and cached under
+version-3 pointwise trees learned inside it (``learned_host``), the GPU-stream cost with only the fitted dispatch
+constant off (``engine_before``: ``KernelTimeModel`` without ``learned_dispatch``, the trace engine before 2026-12-07)
+and with that learned host part off too (``dispatch_off``: what the engine costs since). The model is fitted once (~1 min) and cached under
 ``$HYBRID_HOME`` (default /tmp).
 """
 
@@ -58,9 +58,9 @@ def main() -> int:
     t = t.assign(n=t["elements"].fillna(t["rows"] * t["hidden"]),
                  roof=RooflineCostModel(cat).predict(t)["time_us"].to_numpy(),
                  raw=raw["time_us"].to_numpy(), learned_host=raw["learned_host_us"].to_numpy(),
-                 engine_now=KernelTimeModel(model).predict(t)["time_us"].to_numpy(),
+                 engine_before=KernelTimeModel(model).predict(t)["time_us"].to_numpy(),
                  dispatch_off=KernelTimeModel(model, learned_dispatch=True).predict(t)["time_us"].to_numpy())
-    cols = ["device", "op", "variant", "n", "roof", "raw", "learned_host", "engine_now", "dispatch_off"]
+    cols = ["device", "op", "variant", "n", "roof", "raw", "learned_host", "engine_before", "dispatch_off"]
     print(t[cols].round(1).to_string())
     return 0
 

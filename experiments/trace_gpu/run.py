@@ -119,7 +119,6 @@ def kernel_families(units: pd.DataFrame, pred_durations: np.ndarray | None = Non
 
 
 def predict_one(name: str, files: list[str], models: dict, host: str, kernel_times: bool = True,
-                host_overheads: dict[str, Any] | None = None,
                 device: str = DEVICE) -> dict:
     from hybrid.data.traces import load_traces
     from hybrid.workloads.trace_graph import build_trace_graph, predict_trace
@@ -137,8 +136,7 @@ def predict_one(name: str, files: list[str], models: dict, host: str, kernel_tim
         else:
             transform = split_attention
         it = build_trace_graph(traces, device, cat, host=host, transform=transform)
-        p = predict_trace(it, model, model_name=label, kernel_times=kernel_times,
-                         overheads=(host_overheads or {}).get(label))
+        p = predict_trace(it, model, model_name=label, kernel_times=kernel_times)
         bd = p.breakdown().set_index("label")
         out["pred"][label] = p.predicted_us / 1e3
         out["families"][label] = _with_attention_total((bd["predicted_us"] / 1e3).round(4).to_dict())
@@ -178,7 +176,7 @@ def per_op_kernel_errors(traces_dir: str, device: str, models: dict, catalog) ->
     for label, (model, _cat) in models.items():
         if label == "traced kernels":
             continue
-        pred = KernelTimeModel(model).predict(query)["time_us"].to_numpy(dtype=np.float64)
+        pred = KernelTimeModel(model, learned_dispatch=True).predict(query)["time_us"].to_numpy(dtype=np.float64)
         err = (pred / truth["time_us"].to_numpy(dtype=np.float64) - 1) * 100
         by_op = {str(op): geomean_pct(err[(truth["op"] == op).to_numpy()]) for op in sorted(truth["op"].unique())}
         out["by_model"][label] = {"all": geomean_pct(err), **by_op}
@@ -212,12 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as-fitted", action="store_true",
                     help="cost GPU-stream ops with the models' eager per-op times (fitted dispatch included), as "
                          "before kernel times were the default")
-    ap.add_argument("--dispatch-on-host", action="store_true",
-                    help="prototype: the calibrated models also lose the host dispatch their pointwise trees learned "
-                         "inside eager per-op GPU times (KernelTimeModel(learned_dispatch=True))")
-    ap.add_argument("--learned-host-dispatch", action="store_true",
-                    help="prototype, with --dispatch-on-host: each calibrated model's per-op host cost (launch + "
-                         "framework) is the dispatch its pointwise trees learned for the device, not 15 us")
     ap.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -270,30 +262,13 @@ def main(argv: list[str] | None = None) -> int:
                 krows = step_kernel_rows([args.cross_traces], xcat)
                 models[f"{Path(args.cross_bundle).name} bundle + traced kernels"] = (
                     HybridPredictor(catalog=xcat).fit(pd.concat([table, krows], ignore_index=True, sort=False)), xcat)
-    host_overheads: dict[str, Any] = {}  # prototype --learned-host-dispatch: engine overheads per predictor label
-    if args.dispatch_on_host and not args.as_fitted:
-        from hybrid.engine.costs import KernelTimeModel
-
-        if args.learned_host_dispatch:  # prototype: each calibrated model's per-op host cost, per predictor label
-            from hybrid.engine.overheads import DEFAULT_KERNEL_LAUNCH_US, Overheads
-
-            for k, (m, _c) in models.items():
-                per = next((c.learned_dispatch for c in getattr(m, "corrections", [])
-                            if getattr(c, "learned_dispatch", None)), {})
-                d = per.get(args.device, per.get("*"))
-                if d is not None:
-                    host_overheads[k] = Overheads(framework_us=max(float(d) - DEFAULT_KERNEL_LAUNCH_US, 0.0),
-                                                  optimizer_step_us=0.0, iteration_us=0.0)
-            print({k: o.kernel_launch_us + o.framework_us for k, o in host_overheads.items()}, file=sys.stderr)
-        models = {k: (m if k == "roofline" else KernelTimeModel(m, learned_dispatch=True), c)
-                  for k, (m, c) in models.items()}
     models["traced kernels"] = (TracedKernels(), cat)
     fit_s = time.time() - t0
     rows = []
     for s in meta["steps"]:
         name = s.get("trace") or f"{s['model']}-{s['dtype']}"  # record.py --attention sdpa names its traces apart
         r = predict_one(name, trace_files([base / name]), models, args.host, kernel_times=not args.as_fitted,
-                        device=args.device, host_overheads=host_overheads)
+                        device=args.device)
         r.update(model=s["model"], dtype=s["dtype"], measured_ms=float(s["step_ms"]),
                  spread_pct=float((np.max(s["times_ms"]) - np.min(s["times_ms"])) / s["step_ms"] * 100))
         r["error_pct"] = {k: (v / r["measured_ms"] - 1) * 100 for k, v in r["pred"].items()}

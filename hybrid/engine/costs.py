@@ -59,10 +59,11 @@ class KernelTimeModel:
     def __init__(self, model: OpCostModel, learned_dispatch: bool = False):
         self.model = model
         #: also take off the dispatch that pre-version-4 corrections learned inside eager-timed GPUs' times
-        #: (``learned_host_us``): for workloads without a per-op host model of their own (LLM inference under CUDA
-        #: graphs, LLM training), where nothing else stands for it. The trace engine leaves it in: its launch
-        #: model falls short of the host time of host-bound steps, which those floors make up for
-        #: (experiments/trace_gpu: 14.8% with them in, 19.4% taken off).
+        #: (``learned_host_us``). Every engine workload does (``hybrid.engine.simulate.simulate``, LLM inference
+        #: under CUDA graphs, LLM training): the host stream carries each op's dispatch and launch, so a small op
+        #: costs only its device time on the GPU stream (experiments/nlp_e2e, 2026-12-07: dev labels 4.7 -> 3.6%,
+        #: held-out GPUs 8.1 -> 7.2%). Left in, those floors had hidden that the engine's launch model falls short
+        #: of the host time of host-bound eager steps (experiments/trace_gpu's bf16 H100 steps: 14.6 -> 20.0%).
         self.learned_dispatch = bool(learned_dispatch)
         # a model whose ``predict`` takes ``host=True`` (HybridPredictor) adds ``host_us`` only when asked
         params = inspect.signature(model.predict).parameters

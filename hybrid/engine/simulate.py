@@ -319,9 +319,11 @@ def simulate(
     also carries ``iteration_us_low`` / ``iteration_us_high`` (two more schedules, no more predictions).
 
     ``kernel_times`` (default): op nodes cost the model's kernel time, its prediction less the per-op framework
-    dispatch it includes (:class:`~hybrid.engine.costs.KernelTimeModel`; only kernel models fitted on eager
-    per-op GPU timings include one), because the graph puts that host work on its host stream (``overheads``,
-    or traced host time). False costs ops as the model predicts them (the dispatch counted twice on GPUs).
+    dispatch it includes (:class:`~hybrid.engine.costs.KernelTimeModel` with ``learned_dispatch``: the fitted
+    dispatch constant and the dispatch the pointwise trees learned inside eager-timed GPUs' times alike; only
+    kernel models fitted on eager per-op GPU timings include one), because the graph puts that host work on its
+    host stream (``overheads``, or traced host time). False costs ops as the model predicts them (the dispatch
+    counted twice on GPUs).
 
     ``shared_memory`` (default): when several ranks run on one CPU whose catalog entry has a measured
     ``mem_bw_shared``, their streaming ops share that bandwidth (:class:`~hybrid.engine.costs.SharedMemoryBandwidth`:
@@ -344,7 +346,7 @@ def simulate(
     if shared_memory and compiled.n_ranks > 1:
         model = SharedMemoryBandwidth(model if model is not None else default_cost_model(), compiled.n_ranks)
     if kernel_times and model is not None:
-        model = KernelTimeModel(model)
+        model = KernelTimeModel(model, learned_dispatch=True)
     if len(compiled.ops):
         t, low, high, method, borrowed = predict_bounds_flagged(model if model is not None else default_cost_model(),
                                                                 compiled.ops)
