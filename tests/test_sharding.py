@@ -1001,3 +1001,19 @@ def test_estimate_counts_the_hosts_lead_and_each_fused_kernels_fixed_time():
     for plan in (lookup_greedy(c), size_lookup_greedy(c)):
         est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
         assert 0.95 * sim <= est <= sim, (est, sim)
+
+
+def test_search_estimates_the_host_with_the_overheads_it_simulates_with():
+    """``search_plans(..., overheads=)`` simulated every plan with the given host overheads but estimated their
+    host launches with the defaults: with 40 us launches a host-bound plan was estimated 1065 us (the default
+    overheads' host time) and simulated 2.5x that, so the search ranked its candidates by other launch costs than
+    the ones it reports."""
+    from hybrid.engine.overheads import Overheads
+
+    c = synthetic(4, 8, seed=1, batch=64)
+    ov = Overheads(kernel_launch_us=30.0, collective_launch_us=40.0)
+    for name in ("size_greedy", "greedy"):
+        e = search_plans(c, RooflineCostModel(), strategies=[name], overheads=ov).by_name(name)
+        host = e.sim.breakdown["host_us"].max()
+        assert e.iteration_us > 2 * 1069  # (host-bound: the longer launches show)
+        assert e.estimate_us == pytest.approx(host, rel=1e-9), (name, e.estimate_us, host, e.iteration_us)

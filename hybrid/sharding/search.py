@@ -275,11 +275,13 @@ def _valid(config: DLRMConfig, options: list[Option]) -> np.ndarray:
 
 
 def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                   host_weights: bool = False, host_mem_per_node: float | None = None) -> CostTables:
+                   host_weights: bool = False, host_mem_per_node: float | None = None,
+                   overheads: Overheads | None = None) -> CostTables:
     """All predictions the search needs, in one ``model.predict`` call. ``host_weights``: the sharded tables'
     weights and state planned in host memory, each node's share of them held to
     :data:`~hybrid.sharding.memory.HOST_EMBEDDING_SHARE` of ``host_mem_per_node`` bytes (None or 0: not stated,
-    unchecked), as the memory check holds them."""
+    unchecked), as the memory check holds them. ``overheads``: the host costs the plans' simulations use (default:
+    :class:`~hybrid.engine.overheads.Overheads`), which the estimate's host term prices the launches with."""
     R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
     Bg = B * R
     options = _options(config)
@@ -403,6 +405,7 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
                       config.dense_params() * eb, **host, catalog=catalog, dense_us=dense_us,
                       synchronous_host=dev.kind == "cpu", launch=launch, piece_key=keys.reshape(T, n_opt),
+                      overheads=overheads if overheads is not None else Overheads(),
                       group_floor_us=(float(f_floor), float(times[2 * n + 1]), dp_floor))
 
 
@@ -1115,15 +1118,16 @@ def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan)
 
 
 def _auto_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                host_mem_per_node: float | None = None) -> tuple[CostTables, CostTables]:
+                host_mem_per_node: float | None = None,
+                overheads: Overheads | None = None) -> tuple[CostTables, CostTables]:
     """``embedding_placement`` auto on a GPU: the cost tables with every table in GPU memory (plans held to the
     share of it the graph keeps there) and with the sharded tables in host memory, each knowing both for
     :func:`plan_estimate`."""
     if host_mem_per_node is None:
         system = model_catalog(model).systems.get(target.system)
         host_mem_per_node = float(system.host_mem) if system is not None else None
-    hbm = estimate_costs(config, model, target, capacity, host_mem_per_node=host_mem_per_node)
-    host = _host_costs(config, model, target, capacity, host_mem_per_node)
+    hbm = estimate_costs(config, model, target, capacity, host_mem_per_node=host_mem_per_node, overheads=overheads)
+    host = _host_costs(config, model, target, capacity, host_mem_per_node, overheads)
     placed = (hbm.coeffs, host.coeffs, target.device)
     return replace(hbm, placed=placed), replace(host, placed=placed)
 
@@ -1133,7 +1137,8 @@ def _is_auto(config: DLRMConfig, target: Target) -> bool:
 
 
 def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                     host_mem_per_node: float | None = None) -> tuple[CostTables, _Search | InvalidInputError]:
+                     host_mem_per_node: float | None = None,
+                     overheads: Overheads | None = None) -> tuple[CostTables, _Search | InvalidInputError]:
     """The cost tables a search plans with, and their greedy placement (or the error that none places every
     table). With ``embedding_placement`` ``host`` on a GPU, and with ``auto`` when the sharded tables fit no
     placement in GPU memory, the tables with those weights in host memory, where the graph then places them
@@ -1142,7 +1147,7 @@ def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, cap
     GPUs keeps its tables."""
     allowed = host_placement_allowed(config, target.device)
     if _is_auto(config, target):  # GPU memory up to the graph's share, else the sharded tables in host memory
-        hbm, host = _auto_costs(config, model, target, capacity, host_mem_per_node)
+        hbm, host = _auto_costs(config, model, target, capacity, host_mem_per_node, overheads)
         try:
             return hbm, _Search(config, hbm).greedy()
         except InvalidInputError:
@@ -1152,13 +1157,13 @@ def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, cap
         except InvalidInputError as exc:
             return host, exc
     if not (allowed and config.embedding_placement == "host"):  # (``host``: every sharded table is there anyway)
-        costs = estimate_costs(config, model, target, capacity)
+        costs = estimate_costs(config, model, target, capacity, overheads=overheads)
         try:
             return costs, _Search(config, costs).greedy()
         except InvalidInputError as exc:
             if not allowed:
                 return costs, exc
-    costs = _host_costs(config, model, target, capacity, host_mem_per_node)
+    costs = _host_costs(config, model, target, capacity, host_mem_per_node, overheads)
     try:
         return costs, _Search(config, costs).greedy()
     except InvalidInputError as exc:
@@ -1166,27 +1171,29 @@ def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, cap
 
 
 def _host_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                host_mem_per_node: float | None = None) -> CostTables:
+                host_mem_per_node: float | None = None, overheads: Overheads | None = None) -> CostTables:
     """The cost tables with the sharded tables' weights in host memory, each node's share held to its host memory
     (``host_mem_per_node`` bytes, else the catalog's figure for the system)."""
     if host_mem_per_node is None:
         system = model_catalog(model).systems.get(target.system)
         host_mem_per_node = float(system.host_mem) if system is not None else None
-    return estimate_costs(config, model, target, capacity, host_weights=True, host_mem_per_node=host_mem_per_node)
+    return estimate_costs(config, model, target, capacity, host_weights=True, host_mem_per_node=host_mem_per_node,
+                          overheads=overheads)
 
 
 def _baseline_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                    plans: list[ShardingPlan], host_mem_per_node: float | None = None) -> CostTables:
+                    plans: list[ShardingPlan], host_mem_per_node: float | None = None,
+                    overheads: Overheads | None = None) -> CostTables:
     """The cost tables that estimate table-wise baseline ``plans`` when no greedy placement runs (it needs memory
     growing with ranks^2), chosen as :func:`_placeable_costs` chooses them: weights in host memory with
     ``embedding_placement`` host on a GPU, and with ``auto`` when the plans overflow the GPUs' memory (where the
     baselines then placed them, :func:`hybrid.sharding.heuristics.greedy_place`); else in GPU memory."""
     allowed = host_placement_allowed(config, target.device)
     if allowed and config.embedding_placement == "host":
-        return _host_costs(config, model, target, capacity, host_mem_per_node)
+        return _host_costs(config, model, target, capacity, host_mem_per_node, overheads)
     if _is_auto(config, target):  # (either: each plan is estimated with its pieces where the graph places them)
-        return _auto_costs(config, model, target, capacity, host_mem_per_node)[0]
-    return estimate_costs(config, model, target, capacity)
+        return _auto_costs(config, model, target, capacity, host_mem_per_node, overheads)[0]
+    return estimate_costs(config, model, target, capacity, overheads=overheads)
 
 
 def greedy_plan(config: DLRMConfig, model: OpCostModel | None = None, *, capacity: float | None = None,
@@ -1274,7 +1281,8 @@ def search_plans(
     stages = tqdm(total=4, desc=f"shard {config.gpus} ranks", unit="stage", disable=not progress, leave=False)
     stages.set_postfix_str("cost tables")
     planned = "greedy" in strategies or "search" in strategies  # baselines alone need no greedy placement
-    costs, greedy = (_placeable_costs(config, model, target, capacity, host_mem_per_node) if planned
+    # (the estimate's host term prices the launches with the overheads the plans are simulated with)
+    costs, greedy = (_placeable_costs(config, model, target, capacity, host_mem_per_node, overheads) if planned
                      else (None, None))
     stages.update()
     stages.set_postfix_str("baselines")
@@ -1291,7 +1299,8 @@ def search_plans(
             except InvalidInputError as exc:
                 errors[name] = str(exc)
     if costs is None:  # baselines alone: estimated on the cost tables the search would plan them with
-        costs = _baseline_costs(config, model, target, capacity, list(baselines.values()), host_mem_per_node)
+        costs = _baseline_costs(config, model, target, capacity, list(baselines.values()), host_mem_per_node,
+                                overheads)
     candidates: list[tuple[str, ShardingPlan, float]] = []
     for name, plan in baselines.items():
         if name in strategies:
