@@ -1017,3 +1017,25 @@ def test_search_estimates_the_host_with_the_overheads_it_simulates_with():
         host = e.sim.breakdown["host_us"].max()
         assert e.iteration_us > 2 * 1069  # (host-bound: the longer launches show)
         assert e.estimate_us == pytest.approx(host, rel=1e-9), (name, e.estimate_us, host, e.iteration_us)
+
+
+def test_estimate_prices_adagrads_coalesce_and_update_as_the_graph_runs_them():
+    """Under Adagrad the graph runs a sharded table's optimizer step as a coalesce (1.6x the profiled sparse
+    backward row) and an elementwise Adagrad step over the touched rows, after the backward's half of that row;
+    the estimate gave every optimizer SGD's one row: on 8 H100s (26 tables, batch 4096) lookup_greedy's plan was
+    estimated 1692 us against 2707 us simulated (-37.5%), so the search priced Adagrad's embedding side at
+    about a third of its time."""
+    from hybrid.sharding.heuristics import lookup_greedy
+    from hybrid.sharding.search import _placeable_costs, evaluate_plan, plan_estimate
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 8, "batch_size_per_gpu": 4096, "num_tables": 26,
+                              "optimizer": "adagrad", "interaction": "cat",
+                              "table_generator": {"seed": 34, "rows": [1000, 5e7], "pooling": [1, 60],
+                                                  "dims": [32, 64, 128]}})
+    model = RooflineCostModel()
+    target = resolve_target(c.system, model.catalog)
+    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    plan = lookup_greedy(c)
+    est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
+    assert 0.95 * sim <= est <= sim, (est, sim)

@@ -54,9 +54,11 @@ from hybrid.sharding.memory import (
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig
 from hybrid.workloads.dlrm_graph import (
+    ADAGRAD_COALESCE_SCALE,
     DDP_BUCKET_BYTES,
     INDEX_BYTES,
     LOOKUP_FWD_VARIANT,
+    SPARSE_SGD_UPDATE_SHARE,
     STORAGE_DTYPE,
     Target,
     build_dlrm_graph,
@@ -324,14 +326,30 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     coll = pd.DataFrame([{"op": op, "device": target.device.key, "system": on.system, "dtype": dt,
                           "size_bytes": float(s), "n_ranks": R, "n_nodes": on.nodes(R)}
                          for op in coll_ops for s in _GRID])
-    table = pd.concat([emb, floor, coll], ignore_index=True)
+    # a sharded table's optimizer step as the graph runs it: SGD's update is the update share of the profiled
+    # ``sparse_sgd`` row (backward + update: one row in all); Adagrad's is a coalesce (ADAGRAD_COALESCE_SCALE x that
+    # row) and an elementwise Adagrad step over the touched rows (+ the backward's share of the row)
+    adagrad = config.optimizer != "sgd"
+    sparse_scale = (1.0 - SPARSE_SGD_UPDATE_SHARE) + ADAGRAD_COALESCE_SCALE if adagrad else 1.0
+    touched = expected_unique_rows(piece_rows, piece_batch * piece_pool, np.repeat(alpha, n_opt).reshape(T, n_opt))
+    upd = pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": config.embedding_dtype,
+                        "variant": config.optimizer,
+                        "elements": np.maximum(np.append((touched * piece_dim).ravel(), 1.0), 1.0)}) if adagrad else None
+    table = pd.concat([emb, floor, coll, *([upd] if adagrad else [])], ignore_index=True)
     times, _ = predict_times(model, table)
     fwd, bwd = times[:n].reshape(T, n_opt), times[n:2 * n].reshape(T, n_opt)
     f_floor = times[2 * n]
     b_floor = np.where(bwd_variant == "dense_sgd", times[2 * n + 2], times[2 * n + 1])  # per option [n_opt]
     emb_fwd_us = np.maximum(fwd - f_floor, 0.0)
-    emb_us = emb_fwd_us + np.maximum(bwd - b_floor, 0.0)
     c0 = 2 * n + 3
+    sharded_bwd = np.array([o.type != "data_parallel" for o in options])
+    bwd_us = np.maximum(bwd - b_floor, 0.0) * np.where(sharded_bwd, sparse_scale, 1.0)
+    upd_floor = 0.0
+    if adagrad:
+        u0 = c0 + len(coll_ops) * len(_GRID)
+        upd_floor = float(times[u0 + n])
+        bwd_us = bwd_us + np.where(sharded_bwd, np.maximum(times[u0:u0 + n].reshape(T, n_opt) - upd_floor, 0.0), 0.0)
+    emb_us = emb_fwd_us + bwd_us
     grids = {op: np.maximum(times[c0 + i * len(_GRID): c0 + (i + 1) * len(_GRID)], 1e-6)
              for i, op in enumerate(coll_ops)}
     if host_weights:
@@ -400,13 +418,14 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     _, keys = np.unique(piece_dim, return_inverse=True)
     # a fused kernel's fixed time, which the marginal costs above leave out of every table: once per group (the
     # sharded backward's row is split between the backward and the SGD update, whose floors add to one row's;
-    # Adagrad's coalesce and update are not priced apart here: the estimate gives them the SGD row's time)
+    # Adagrad's backward share, coalesce and update each pay theirs)
     dp_floor = float(f_floor + times[2 * n + 2])
+    sparse_floor = float(times[2 * n + 1]) * sparse_scale + upd_floor
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
                       config.dense_params() * eb, **host, catalog=catalog, dense_us=dense_us,
                       synchronous_host=dev.kind == "cpu", launch=launch, piece_key=keys.reshape(T, n_opt),
                       overheads=overheads if overheads is not None else Overheads(),
-                      group_floor_us=(float(f_floor), float(times[2 * n + 1]), dp_floor))
+                      group_floor_us=(float(f_floor), sparse_floor, dp_floor))
 
 
 # ------------------------------------------------------------------------------------------------ search state
