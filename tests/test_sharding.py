@@ -983,8 +983,7 @@ def test_estimate_counts_the_hosts_lead_and_each_fused_kernels_fixed_time():
     host's per-iteration work and first launch (100 + 15 us with the default overheads, on the critical path of
     every such plan), and each fused lookup kernel pays its fixed time once while the per-table marginal costs
     leave it out of every table. On 8 H100s (26 tables, batch 4096) lookup_greedy's plan was estimated 1548 us
-    against 1722 us simulated (-10.1%); the rest of the gap is the copies around the all-to-alls and the fused
-    rows' mean shapes, which the estimate does not price."""
+    against 1722 us simulated (-10.1%)."""
     from hybrid.engine.overheads import Overheads
     from hybrid.sharding.heuristics import lookup_greedy, size_lookup_greedy
     from hybrid.sharding.search import _placeable_costs, evaluate_plan, plan_estimate
@@ -1000,7 +999,7 @@ def test_estimate_counts_the_hosts_lead_and_each_fused_kernels_fixed_time():
     assert lead is not None and lead.lead @ Overheads().vector() == pytest.approx(100.0 + 15.0)
     for plan in (lookup_greedy(c), size_lookup_greedy(c)):
         est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
-        assert 0.95 * sim <= est <= sim, (est, sim)
+        assert 0.95 * sim <= est <= 1.02 * sim, (est, sim)  # (overlap left out: not a strict bound either way)
 
 
 def test_search_estimates_the_host_with_the_overheads_it_simulates_with():
@@ -1038,4 +1037,24 @@ def test_estimate_prices_adagrads_coalesce_and_update_as_the_graph_runs_them():
     costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
     plan = lookup_greedy(c)
     est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
-    assert 0.95 * sim <= est <= sim, (est, sim)
+    assert 0.95 * sim <= est <= 1.02 * sim, (est, sim)
+
+
+def test_estimate_prices_the_copies_around_the_pooled_exchange():
+    """Each rank unpacks the indices it receives and packs its pooled outputs (for every rank's batch) and its
+    row-wise partial sums (the global batch) before the pooled all-to-all: copies on its compute stream, 40-70 us
+    a rank on 8 H100s at batch 4096, which the estimate left out: lookup_greedy's and size_lookup_greedy's plans
+    (26 tables) were estimated 2.6% and 3.4% below their simulation, now within 1.5%."""
+    from hybrid.sharding.heuristics import lookup_greedy, size_lookup_greedy
+    from hybrid.sharding.search import _placeable_costs, evaluate_plan, plan_estimate
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 8, "batch_size_per_gpu": 4096, "num_tables": 26,
+                              "interaction": "cat", "table_generator": {"seed": 34, "rows": [1000, 5e7],
+                                                                        "pooling": [1, 60], "dims": [32, 64, 128]}})
+    model = RooflineCostModel()
+    target = resolve_target(c.system, model.catalog)
+    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    for plan in (lookup_greedy(c), size_lookup_greedy(c)):
+        est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
+        assert est == pytest.approx(sim, rel=0.015), (est, sim)

@@ -202,6 +202,7 @@ class CostTables:
     n_ranks: int
     budget: float  # memory per rank available to embeddings
     dense_bytes: float = 0.0  # dense gradients every rank all-reduces anyway
+    dtype_bytes: float = 4.0  # bytes of a dense-dtype element (the graph's copies count elements of it)
     #: tables' weights in host memory (``embedding_placement`` host/auto, planned with ``host_weights``): the bytes
     #: of them each node may hold (:data:`~hybrid.sharding.memory.HOST_EMBEDDING_SHARE` of its host memory; inf:
     #: not stated, unchecked, as :func:`~hybrid.sharding.memory.memory_per_rank` leaves it) and its GPUs per node
@@ -335,7 +336,12 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     upd = pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": config.embedding_dtype,
                         "variant": config.optimizer,
                         "elements": np.maximum(np.append((touched * piece_dim).ravel(), 1.0), 1.0)}) if adagrad else None
-    table = pd.concat([emb, floor, coll, *([upd] if adagrad else [])], ignore_index=True)
+    # the copies around the pooled exchange (the unpack of the received indices, the pack of the pooled outputs
+    # and of the row-wise partial sums), priced on an element grid as the graph's ``copy`` rows
+    copies = pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": dt, "variant": "copy",
+                           "direction": "fwd", "elements": _GRID}) if R > 1 else None
+    table = pd.concat([emb, floor, coll, *([upd] if adagrad else []), *([copies] if R > 1 else [])],
+                      ignore_index=True)
     times, _ = predict_times(model, table)
     fwd, bwd = times[:n].reshape(T, n_opt), times[n:2 * n].reshape(T, n_opt)
     f_floor = times[2 * n]
@@ -352,6 +358,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     emb_us = emb_fwd_us + bwd_us
     grids = {op: np.maximum(times[c0 + i * len(_GRID): c0 + (i + 1) * len(_GRID)], 1e-6)
              for i, op in enumerate(coll_ops)}
+    if R > 1:
+        grids["copy"] = np.maximum(times[-len(_GRID):], 1e-6)
     if host_weights:
         # a sharded piece in host memory: its lookups read their rows, and its update reads and writes the touched
         # rows (and their optimizer state), over the host link instead of HBM, priced as the graph prices them
@@ -424,7 +432,7 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
                       config.dense_params() * eb, **host, catalog=catalog, dense_us=dense_us,
                       synchronous_host=dev.kind == "cpu", launch=launch, piece_key=keys.reshape(T, n_opt),
-                      overheads=overheads if overheads is not None else Overheads(),
+                      overheads=overheads if overheads is not None else Overheads(), dtype_bytes=float(eb),
                       group_floor_us=(float(f_floor), sparse_floor, dp_floor))
 
 
@@ -480,6 +488,14 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
     # the slowest rank's forward lookups, then (after the all-to-alls, which every rank joins) the slowest rank's
     # backward and update: not necessarily the same rank
     fwd, bwd = v[:, 8], v[:, 0] - v[:, 8]
+    if R > 1 and "copy" in costs.grids:
+        # each rank unpacks the indices it receives (its own share too) and packs its pooled outputs (table-/
+        # column-wise pieces, for every rank's batch) and its row-wise partial sums (the global batch) for the
+        # exchange: copies on its compute stream between the input all-to-all and the pooled one
+        eb = costs.dtype_bytes
+        fwd = (fwd + costs.collective_us("copy", (v[:, 5] + v[:, 4] / R) / eb)
+               + costs.collective_us("copy", v[:, 2] * R / ((R - 1) * eb))
+               + costs.collective_us("copy", np.asarray(rw, dtype=np.float64) / eb)[:, None])
     if groups is not None:
         f_floor, b_floor, dp_floor = costs.group_floor_us
         fwd, bwd = fwd + f_floor * groups[0], bwd + b_floor * groups[0]
