@@ -73,9 +73,12 @@ from hybrid.workloads.dlrm_graph import (
     shard_pieces,
 )
 
-#: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml, 1024 and
-#: 2048 ranks): the greedy/search candidate matrices (placements x 6 x ranks floats, several temporaries) grow
-#: with ranks^2; the baselines and the simulation of each plan grow with ranks.
+#: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml): the greedy/search
+#: candidate matrices (placements x 9 state rows x ranks floats, several temporaries, and the launch terms'
+#: placements x ranks arrays) grow with ranks^2; the baselines and the simulation of each plan grow with ranks.
+#: Re-measured with the 9-row state and the launch terms (2026-12-07): the full search less the baselines alone
+#: took 149, 149 and 116 bytes per rank^2 at 256, 512 and 1024 ranks; the baselines alone 30, 53 and 106 MiB
+#: (so the fixed and per-rank terms below hold them with room).
 SEARCH_BYTES_PER_RANK2 = 150.0
 BASELINE_BYTES_PER_RANK = 140e3
 SEARCH_FIXED_BYTES = 64 * 2**20
