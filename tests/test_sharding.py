@@ -1058,3 +1058,24 @@ def test_estimate_prices_the_copies_around_the_pooled_exchange():
     for plan in (lookup_greedy(c), size_lookup_greedy(c)):
         est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
         assert est == pytest.approx(sim, rel=0.015), (est, sim)
+
+
+def test_estimate_takes_the_host_from_the_graph_for_a_plan_outside_the_searchs_menu():
+    """The estimate counts a plan's host launches as the search does (no graph build per plan), except where that
+    count does not follow the graph: a column-wise split over 3 ranks (the search's menu has 2 and 4) fuses
+    into one group with table c on rank 0 (both dim 16), which the nearest option (dim 24 over 2 ranks) would
+    count as two (45 us more of launches: 1050 against 1005 us)."""
+    from hybrid.sharding.search import _placeable_costs, host_us_per_rank, plan_estimate
+    from hybrid.workloads.dlrm_graph import build_dlrm_graph, resolve_target
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 4, "batch_size_per_gpu": 64, "interaction": "cat",
+                              "tables": [{"name": "a", "num_embeddings": 1000, "embedding_dim": 48},
+                                         {"name": "b", "num_embeddings": 1000, "embedding_dim": 24},
+                                         {"name": "c", "num_embeddings": 1000, "embedding_dim": 16}]})
+    model = RooflineCostModel()
+    target = resolve_target(c.system, model.catalog)
+    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    plan = ShardingPlan.from_dict({"a": {"type": "column_wise", "ranks": [0, 1, 2]}, "b": {"type": "table_wise",
+                                   "ranks": [3]}, "c": {"type": "table_wise", "ranks": [0]}})
+    host = host_us_per_rank(build_dlrm_graph(c, plan, model.catalog).graph.compile(), costs.overheads).max()
+    assert plan_estimate(c, costs, plan) == pytest.approx(host, rel=1e-9)  # (host-bound)

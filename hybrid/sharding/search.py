@@ -579,6 +579,7 @@ class _Search:
         #: data-parallel) and the launch state
         self._type = np.array([SHARD_CODES[o.type] for o in costs.options], dtype=np.int64)
         self._lm = costs.launch if costs.catalog is not None else None  # (no catalog: no host term, as plan_estimate)
+        self.approximate = False  # a loaded plan with an option outside the menu, priced as the nearest one
         if self._lm is not None:
             n_keys = int(costs.piece_key.max()) + 1
             self.state.cnt, self.state.a2a, self.state.dpc = (np.zeros((self.R, n_keys)), np.zeros(self.R),
@@ -719,6 +720,7 @@ class _Search:
             if j is None:  # an option outside the search's menu: approximate by the nearest k
                 same = [(abs(o.k - k), jj) for jj, o in enumerate(self.costs.options) if o.type == sh.type]
                 j = min(same)[1]
+                self.approximate = True
             self.place(t, j, tuple(range(self.R)) if sh.type == "data_parallel" else sh.ranks)
         return self
 
@@ -1104,19 +1106,29 @@ def host_us_per_rank(graph: CompiledGraph, overheads: Overheads) -> np.ndarray:
 
 
 def _plan_host_us(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
-    """The busiest rank's host time of ``plan``'s graph (us; cached per plan), 0 without ``costs.catalog``."""
+    """The busiest rank's host time of ``plan``'s graph (us; cached per plan), 0 without ``costs.catalog``: counted
+    as the search counts it (:class:`_LaunchModel`, equal to the graph's), or from the graph itself where the count
+    does not follow it: ``auto`` placement (a rank's pieces of one dim split into GPU- and host-memory groups
+    where the graph spills some), an option outside the search's menu, or a model-parallel bottom MLP with no
+    sharded table (the graph then runs the bottom MLP on every rank)."""
     if costs.catalog is None:
         return 0.0
     key = (plan, costs.overheads)
     if key not in costs.host_cache:
-        graph = build_dlrm_graph(config.with_(plan=None), plan, costs.catalog).graph.compile()
-        costs.host_cache[key] = float(host_us_per_rank(graph, costs.overheads).max())
+        s = _Search(config, costs).load_plan(plan) if costs.launch is not None else None
+        if (s is not None and costs.placed is None and not s.approximate
+                and not (costs.launch.mp_bottom and s.state.n[0] == 0)):
+            costs.host_cache[key] = float(s._terms_now()[0][0])
+        else:
+            graph = build_dlrm_graph(config.with_(plan=None), plan, costs.catalog).graph.compile()
+            costs.host_cache[key] = float(host_us_per_rank(graph, costs.overheads).max())
     return costs.host_cache[key]
 
 
 def plan_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
     """The search's estimate of ``plan``'s iteration (us; inf where it overflows a memory): the longer of the
-    busiest host's time (every launch of the plan's graph, :func:`host_us_per_rank`) and the GPU's (the additive
+    busiest host's time (every launch of the plan's graph, :func:`host_us_per_rank`, as :func:`_plan_host_us`
+    counts it) and the GPU's (the additive
     terms, :func:`plan_gpu_estimate`, plus the dense layers' kernels, ``costs.dense_us``, after the host's lead:
     its per-iteration work and first launch, ``costs.launch.lead``, before which no GPU op starts); on a CPU
     device, whose host waits for every kernel, their sum. The search's own objective (:meth:`_Search.objective`)
