@@ -16,8 +16,11 @@ row-wise reduce-scatter/all-gather and data-parallel all-reduce) is additive and
 ``embedding_placement: auto`` the search keeps a rank's tables within the share of GPU memory the graph keeps them
 in, and each plan's final estimate prices every piece where the graph places it: :func:`plan_estimate`), so
 500 tables over 64 GPUs searches in about a second (experiments/engine_scaling/results.md). The estimate a
-candidate is ranked by (:func:`plan_estimate`) is the longer of that GPU time plus the dense layers' kernels and
-the busiest host's time launching the plan's graph (small batches on fast GPUs are bound by the launches).
+candidate is ranked by (:func:`plan_estimate`) is the longer of that GPU time plus the dense layers' kernels (after
+the host's lead: its per-iteration work and first launch) and the busiest host's time launching the plan's graph
+(small batches on fast GPUs are bound by the launches); greedy and local search score every move by that same
+quantity, the host's launches counted per rank from the plan's fused lookup groups, collectives and data-parallel
+tables (:class:`_LaunchModel`), and break ties by the GPU's time (a host-bound plan with more GPU slack).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from hybrid.engine.costs import OpCostModel, default_cost_model, model_catalog, predict_times
-from hybrid.engine.graph import HOST, KINDS, CompiledGraph
+from hybrid.engine.graph import HOST, KINDS, OVERHEAD_CATEGORIES, CompiledGraph
 from hybrid.engine.overheads import Overheads
 from hybrid.engine.simulate import SimResult, simulate
 from hybrid.errors import InvalidInputError
@@ -51,8 +54,12 @@ from hybrid.sharding.memory import (
 from hybrid.sharding.plan import Shard, ShardingPlan
 from hybrid.workloads.dlrm import DLRMConfig
 from hybrid.workloads.dlrm_graph import (
+    ADAGRAD_COALESCE_SCALE,
+    DDP_BUCKET_BYTES,
     INDEX_BYTES,
     LOOKUP_FWD_VARIANT,
+    SPARSE_SGD_UPDATE_SHARE,
+    STORAGE_DTYPE,
     Target,
     build_dlrm_graph,
     collective_target,
@@ -60,14 +67,18 @@ from hybrid.workloads.dlrm_graph import (
     host_link_us,
     host_placement_allowed,
     host_update_passes,
+    lookup_groups,
     place_pieces,
     resolve_target,
     shard_pieces,
 )
 
-#: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml, 1024 and
-#: 2048 ranks): the greedy/search candidate matrices (placements x 6 x ranks floats, several temporaries) grow
-#: with ranks^2; the baselines and the simulation of each plan grow with ranks.
+#: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml): the greedy/search
+#: candidate matrices (placements x 9 state rows x ranks floats, several temporaries, and the launch terms'
+#: placements x ranks arrays) grow with ranks^2; the baselines and the simulation of each plan grow with ranks.
+#: Re-measured with the 9-row state and the launch terms (2026-12-07): the full search less the baselines alone
+#: took 149, 149 and 116 bytes per rank^2 at 256, 512 and 1024 ranks; the baselines alone 30, 53 and 106 MiB
+#: (so the fixed and per-rank terms below hold them with room).
 SEARCH_BYTES_PER_RANK2 = 150.0
 BASELINE_BYTES_PER_RANK = 140e3
 SEARCH_FIXED_BYTES = 64 * 2**20
@@ -114,6 +125,8 @@ _EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _
 _N_COEFFS = 13
 #: Coefficients and state rows that differ between a piece in GPU memory and one in host memory.
 _PLACED_COLS, _PLACED_ROWS = [_EMB, _MEM, _HOST, _HBMW, _EMBF], [0, 1, 6, 7, 8]
+#: Sharding type -> code of the search's launch state (:class:`_State`).
+SHARD_CODES = {"table_wise": 0, "column_wise": 1, "row_wise": 2, "data_parallel": 3}
 #: Rows of a search state (:class:`_State`).
 _N_ROWS = 9
 #: Size grid (bytes) on which collective times are predicted once and interpolated.
@@ -128,6 +141,58 @@ class Option:
     k: int
 
 
+@dataclass(frozen=True)
+class _LaunchModel:
+    """A rank's host time as the DLRM graph (:func:`~hybrid.workloads.dlrm_graph.build_dlrm_graph`) launches a
+    plan, counted so that the search prices it per candidate: every host event of a rank is a kernel or collective
+    launch or a fixed per-iteration / optimizer work (:data:`~hybrid.engine.graph.OVERHEAD_CATEGORIES`), and a
+    plan changes only the launches of its embedding side (:func:`_launch_counts`). ``base`` [R, categories]: the
+    host events of the reference plan's graph (every table table-wise on rank 0) less that plan's own embedding
+    launches; ``lead`` [categories]: rank 0's host events up to its first launch, which every GPU op of the
+    iteration waits for (the per-iteration host work and that launch)."""
+
+    base: np.ndarray
+    lead: np.ndarray
+    fixed: np.ndarray  # [R] fixed time (us) of the host events (none in the DLRM graph today)
+    per_group: float  # kernels per fused sharded lookup group: fwd, bwd, update (Adagrad: coalesce + update), unscale
+    per_sharded_rank: float  # kernels of a rank with sharded lookups: its output casts, fwd and bwd (lookup dtype)
+    per_dp_group: float  # kernels per data-parallel group (every rank): fwd, bwd, dense step (+ 2 casts)
+    bucket_bytes: float  # data-parallel gradients are all-reduced in chunks of this many bytes (one launch each)
+    mp_bottom: bool  # model-parallel bottom MLP: rank 0 packs its output for the pooled all-to-all
+    n_ranks: int
+
+    def host_us(self, overheads: Overheads, kernels: np.ndarray, collectives: np.ndarray) -> np.ndarray:
+        """[n, R] host time (us) of each rank given the plans' embedding launches [n, R] of each kind."""
+        vec = overheads.vector()
+        k, c = OVERHEAD_CATEGORIES.index("kernel_launch"), OVERHEAD_CATEGORIES.index("collective_launch")
+        return (self.base @ vec + self.fixed)[None] + kernels * vec[k] + collectives * vec[c]
+
+
+def _launch_counts(lm: _LaunchModel, groups: np.ndarray, a2a: np.ndarray, n_sharded: np.ndarray,
+                   n_rw: np.ndarray, n_cw: np.ndarray, n_dp_groups: np.ndarray, n_dp: np.ndarray,
+                   dp_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[n, R] kernel and collective launches of n plans' embedding side per rank, as the graph makes them: per
+    fused sharded group ``groups`` [n, R] and per rank holding any (its casts), per data-parallel group
+    ``n_dp_groups`` [n]; with several ranks the input all-to-alls (counts, payload) and the unpack once any table
+    is sharded (``n_sharded``), the pooled all-to-all and its gradient's while a rank holds a table-/column-wise
+    piece (``a2a`` [n, R]: that rank packs its outputs), the row-wise pack, reduce-scatter and all-gather
+    (``n_rw`` tables), the column-wise reassemble (``n_cw``) and one all-reduce per ``bucket_bytes`` of
+    ``dp_bytes`` data-parallel gradients (``n_dp`` tables)."""
+    kernels = (lm.per_group * groups + lm.per_sharded_rank * (groups > 0)
+               + lm.per_dp_group * n_dp_groups[:, None].astype(np.float64))
+    colls = np.zeros_like(kernels)
+    if lm.n_ranks > 1:
+        sharded = (n_sharded > 0)[:, None]
+        own = a2a.copy()
+        if lm.mp_bottom:
+            own[:, 0] = True
+        kernels += sharded * (1.0 + (own & sharded) + (n_rw > 0)[:, None] + (n_cw > 0)[:, None])
+        colls += sharded * (2.0 + 2.0 * own.any(axis=1, keepdims=True) + 2.0 * (n_rw > 0)[:, None])
+        chunks = np.where(n_dp > 0, np.ceil(np.maximum(dp_bytes, 0.0) / lm.bucket_bytes * (1 - 1e-12)), 0.0)
+        colls += chunks[:, None]
+    return kernels, colls
+
+
 @dataclass
 class CostTables:
     """Per-table, per-option predicted costs and interpolation grids for the collectives."""
@@ -140,6 +205,7 @@ class CostTables:
     n_ranks: int
     budget: float  # memory per rank available to embeddings
     dense_bytes: float = 0.0  # dense gradients every rank all-reduces anyway
+    dtype_bytes: float = 4.0  # bytes of a dense-dtype element (the graph's copies count elements of it)
     #: tables' weights in host memory (``embedding_placement`` host/auto, planned with ``host_weights``): the bytes
     #: of them each node may hold (:data:`~hybrid.sharding.memory.HOST_EMBEDDING_SHARE` of its host memory; inf:
     #: not stated, unchecked, as :func:`~hybrid.sharding.memory.memory_per_rank` leaves it) and its GPUs per node
@@ -162,6 +228,14 @@ class CostTables:
     dense_us: float = 0.0
     synchronous_host: bool = False  # a CPU device: the host waits for every kernel (host and kernel times add)
     host_cache: dict = field(default_factory=dict, repr=False, compare=False)
+    #: the same host time counted per rank as the search builds a plan (:class:`_LaunchModel`; None: no host term),
+    #: the fused lookup group each (table, option) piece joins (``piece_key`` [T, O]: its embedding dim's index; the
+    #: graph fuses a rank's sharded pieces of one dim into one kernel, the data-parallel ones apart) and the fixed
+    #: time of one fused kernel that the per-table marginal costs leave out (``group_floor_us``: sharded forward,
+    #: sharded backward + update, data-parallel forward + backward)
+    launch: _LaunchModel | None = None
+    piece_key: np.ndarray | None = None
+    group_floor_us: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def host_per_node(self, v: np.ndarray) -> np.ndarray:
         """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 9, R]:
@@ -207,11 +281,13 @@ def _valid(config: DLRMConfig, options: list[Option]) -> np.ndarray:
 
 
 def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                   host_weights: bool = False, host_mem_per_node: float | None = None) -> CostTables:
+                   host_weights: bool = False, host_mem_per_node: float | None = None,
+                   overheads: Overheads | None = None) -> CostTables:
     """All predictions the search needs, in one ``model.predict`` call. ``host_weights``: the sharded tables'
     weights and state planned in host memory, each node's share of them held to
     :data:`~hybrid.sharding.memory.HOST_EMBEDDING_SHARE` of ``host_mem_per_node`` bytes (None or 0: not stated,
-    unchecked), as the memory check holds them."""
+    unchecked), as the memory check holds them. ``overheads``: the host costs the plans' simulations use (default:
+    :class:`~hybrid.engine.overheads.Overheads`), which the estimate's host term prices the launches with."""
     R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
     Bg = B * R
     options = _options(config)
@@ -254,7 +330,21 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     coll = pd.DataFrame([{"op": op, "device": target.device.key, "system": on.system, "dtype": dt,
                           "size_bytes": float(s), "n_ranks": R, "n_nodes": on.nodes(R)}
                          for op in coll_ops for s in _GRID])
-    table = pd.concat([emb, floor, coll], ignore_index=True)
+    # a sharded table's optimizer step as the graph runs it: SGD's update is the update share of the profiled
+    # ``sparse_sgd`` row (backward + update: one row in all); Adagrad's is a coalesce (ADAGRAD_COALESCE_SCALE x that
+    # row) and an elementwise Adagrad step over the touched rows (+ the backward's share of the row)
+    adagrad = config.optimizer != "sgd"
+    sparse_scale = (1.0 - SPARSE_SGD_UPDATE_SHARE) + ADAGRAD_COALESCE_SCALE if adagrad else 1.0
+    touched = expected_unique_rows(piece_rows, piece_batch * piece_pool, np.repeat(alpha, n_opt).reshape(T, n_opt))
+    upd = pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": config.embedding_dtype,
+                        "variant": config.optimizer,
+                        "elements": np.maximum(np.append((touched * piece_dim).ravel(), 1.0), 1.0)}) if adagrad else None
+    # the copies around the pooled exchange (the unpack of the received indices, the pack of the pooled outputs
+    # and of the row-wise partial sums), priced on an element grid as the graph's ``copy`` rows
+    copies = pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": dt, "variant": "copy",
+                           "direction": "fwd", "elements": _GRID}) if R > 1 else None
+    table = pd.concat([emb, floor, coll, *([upd] if adagrad else []), *([copies] if R > 1 else [])],
+                      ignore_index=True)
     times, _ = predict_times(model, table)
     # a data-parallel table's update is the dense optimizer pass (``dp_update_us_per_byte``), as in the graph: its
     # backward row (backward + update, as profiled) keeps only the backward's share
@@ -265,10 +355,19 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     f_floor = times[2 * n]
     b_floor = np.where(bwd_variant == "dense_sgd", times[2 * n + 2], times[2 * n + 1])  # per option [n_opt]
     emb_fwd_us = np.maximum(fwd - f_floor, 0.0)
-    emb_us = emb_fwd_us + np.maximum(bwd - b_floor, 0.0)
     c0 = 2 * n + 3
+    sharded_bwd = np.array([o.type != "data_parallel" for o in options])
+    bwd_us = np.maximum(bwd - b_floor, 0.0) * np.where(sharded_bwd, sparse_scale, 1.0)
+    upd_floor = 0.0
+    if adagrad:
+        u0 = c0 + len(coll_ops) * len(_GRID)
+        upd_floor = float(times[u0 + n])
+        bwd_us = bwd_us + np.where(sharded_bwd, np.maximum(times[u0:u0 + n].reshape(T, n_opt) - upd_floor, 0.0), 0.0)
+    emb_us = emb_fwd_us + bwd_us
     grids = {op: np.maximum(times[c0 + i * len(_GRID): c0 + (i + 1) * len(_GRID)], 1e-6)
              for i, op in enumerate(coll_ops)}
+    if R > 1:
+        grids["copy"] = np.maximum(times[-len(_GRID):], 1e-6)
     if host_weights:
         # a sharded piece in host memory: its lookups read their rows, and its update reads and writes the touched
         # rows (and their optimizer state), over the host link instead of HBM, priced as the graph prices them
@@ -334,9 +433,19 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     if auto:  # the graph keeps a rank's tables in its GPU's memory up to this share of it, the rest in host memory
         host["hbm_weight_budget"] = embedding_hbm_budget(dev)
     catalog = model_catalog(model)
+    dense_us, launch = _reference_terms(config, model, catalog)
+    # the fused group a piece joins on its rank: one per embedding dim (a column-wise piece's is its share)
+    _, keys = np.unique(piece_dim, return_inverse=True)
+    # a fused kernel's fixed time, which the marginal costs above leave out of every table: once per group (the
+    # sharded backward's row is split between the backward and the SGD update, whose floors add to one row's;
+    # Adagrad's backward share, coalesce and update each pay theirs)
+    dp_floor = float(f_floor + times[2 * n + 2])
+    sparse_floor = float(times[2 * n + 1]) * sparse_scale + upd_floor
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
-                      config.dense_params() * eb, **host, catalog=catalog,
-                      dense_us=dense_kernel_us(config, model, catalog), synchronous_host=dev.kind == "cpu")
+                      config.dense_params() * eb, **host, catalog=catalog, dense_us=dense_us,
+                      synchronous_host=dev.kind == "cpu", launch=launch, piece_key=keys.reshape(T, n_opt),
+                      overheads=overheads if overheads is not None else Overheads(), dtype_bytes=float(eb),
+                      group_floor_us=(float(f_floor), sparse_floor, dp_floor))
 
 
 # ------------------------------------------------------------------------------------------------ search state
@@ -349,6 +458,13 @@ class _State:
     v: np.ndarray
     rw: float = 0.0
     dp: float = 0.0
+    #: what the plan's launches depend on (:func:`_launch_counts`): [R, keys] sharded pieces per rank and fused
+    #: group (``CostTables.piece_key``), [R] table-/column-wise pieces per rank, [keys] data-parallel tables per
+    #: group and the numbers of sharded, row-wise, column-wise and data-parallel tables
+    cnt: np.ndarray | None = None
+    a2a: np.ndarray | None = None
+    dpc: np.ndarray | None = None
+    n: np.ndarray = field(default_factory=lambda: np.zeros(4))
 
 
 def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
@@ -368,7 +484,7 @@ def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
 
 
 def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
-               extra: np.ndarray | None = None) -> np.ndarray:
+               extra: np.ndarray | None = None, groups: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Estimated iteration-dependent time (us) for states ``v`` [n, 9, R] (inf where a rank's memory overflows, or
     a node's host memory the tables placed there: :meth:`CostTables.host_per_node`, or, under ``auto`` placement,
     a rank's tables in GPU memory pass the share the graph keeps there: it would move some to host memory).
@@ -376,11 +492,28 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
     ``extra`` (greedy construction): ``[embedding time, pooled-output bytes each rank will still receive,
     index bytes each rank will still send]`` of the tables not placed yet, so the estimate of a partial plan
     is a lower bound of the final one (the embedding term is at least the average final load).
+
+    ``groups``: the plans' fused lookup kernels, ``([n, R] sharded groups per rank, [n] data-parallel groups)``,
+    each of which pays its kernel's fixed time once (``costs.group_floor_us``); None: not counted.
     """
     R = costs.n_ranks
     # the slowest rank's forward lookups, then (after the all-to-alls, which every rank joins) the slowest rank's
     # backward and update: not necessarily the same rank
-    emb = v[:, 8].max(axis=1) + (v[:, 0] - v[:, 8]).max(axis=1)
+    fwd, bwd = v[:, 8], v[:, 0] - v[:, 8]
+    if R > 1 and "copy" in costs.grids:
+        # each rank unpacks the indices it receives (its own share too) and packs its pooled outputs (table-/
+        # column-wise pieces, for every rank's batch) and its row-wise partial sums (the global batch) for the
+        # exchange: copies on its compute stream between the input all-to-all and the pooled one
+        eb = costs.dtype_bytes
+        fwd = (fwd + costs.collective_us("copy", (v[:, 5] + v[:, 4] / R) / eb)
+               + costs.collective_us("copy", v[:, 2] * R / ((R - 1) * eb))
+               + costs.collective_us("copy", np.asarray(rw, dtype=np.float64) / eb)[:, None])
+    if groups is not None:
+        f_floor, b_floor, dp_floor = costs.group_floor_us
+        fwd, bwd = fwd + f_floor * groups[0], bwd + b_floor * groups[0]
+    emb = fwd.max(axis=1) + bwd.max(axis=1)
+    if groups is not None:  # the data-parallel lookups of every rank
+        emb = emb + dp_floor * groups[1]
     if extra is not None:
         emb = np.maximum(emb, (v[:, 0].sum(axis=1) + extra[0]) / R)
     obj = emb.copy()
@@ -407,6 +540,33 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
     return np.where(over, np.inf, obj)
 
 
+def _estimate(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray, extra: np.ndarray | None = None,
+              launch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The search's estimate of n plans (:func:`plan_estimate`'s quantity; inf where a memory overflows) and their
+    GPU time: :func:`_objective` plus the dense layers' kernels, after the host's lead (its per-iteration work and
+    first launch, which the first GPU op waits for); the estimate is that or the busiest host's time, whichever is
+    longer (their sum on a CPU device, whose host waits for every kernel). ``launch``: ``(busiest host's time
+    [n], sharded groups per rank [n, R], data-parallel groups [n])`` of the plans (:meth:`_Search._launch_terms`;
+    None without a host term: the GPU's time alone)."""
+    if launch is None:
+        gpu = _objective(costs, v, rw, dp, extra) + costs.dense_us
+        return gpu, gpu
+    host, groups, n_dpg = launch
+    gpu = _objective(costs, v, rw, dp, extra, (groups, n_dpg)) + costs.dense_us
+    if costs.synchronous_host:  # (the host's own time holds its lead)
+        return np.where(np.isfinite(gpu), host + gpu, gpu), gpu
+    gpu = gpu + costs.launch.lead @ costs.overheads.vector()
+    return np.where(np.isfinite(gpu), np.maximum(host, gpu), gpu), gpu
+
+
+def _lexmin(objs: np.ndarray, gpu: np.ndarray) -> int:
+    """The candidate of least estimate, of the least GPU time among equal ones (a host-bound estimate ties every
+    plan that launches as much; the one with more GPU slack is the safer)."""
+    best = float(np.min(objs))
+    tied = np.flatnonzero(objs <= best * (1 + 1e-12)) if np.isfinite(best) else np.array([int(np.argmin(objs))])
+    return int(tied[np.argmin(gpu[tied])])
+
+
 def _holders_mask(R: int, ranks: list[int] | tuple[int, ...] | np.ndarray) -> np.ndarray:
     h = np.zeros(R, dtype=bool)
     h[list(ranks)] = True
@@ -424,6 +584,15 @@ class _Search:
         self.opt_index = {(o.type, o.k): j for j, o in enumerate(costs.options)}
         self.state = _State(np.zeros((_N_ROWS, self.R)))
         self.assign: list[tuple[int, tuple[int, ...]] | None] = [None] * self.T
+        #: the host term (``costs.launch``): each option's sharding type (0 table-, 1 column-, 2 row-wise, 3
+        #: data-parallel) and the launch state
+        self._type = np.array([SHARD_CODES[o.type] for o in costs.options], dtype=np.int64)
+        self._lm = costs.launch if costs.catalog is not None else None  # (no catalog: no host term, as plan_estimate)
+        self.approximate = False  # a loaded plan with an option outside the menu, priced as the nearest one
+        if self._lm is not None:
+            n_keys = int(costs.piece_key.max()) + 1
+            self.state.cnt, self.state.a2a, self.state.dpc = (np.zeros((self.R, n_keys)), np.zeros(self.R),
+                                                              np.zeros(n_keys))
 
     # state bookkeeping -------------------------------------------------------------------------------------
     def _piece(self, t: int, j: int, ranks: tuple[int, ...]) -> tuple[np.ndarray, float, float]:
@@ -438,6 +607,7 @@ class _Search:
         self.state.v += d
         self.state.rw += rw
         self.state.dp += dp
+        self._count(self.state, t, j, ranks, 1.0)
         self.assign[t] = (j, tuple(ranks))
 
     def unplace(self, t: int) -> None:
@@ -446,11 +616,110 @@ class _Search:
         self.state.v -= d
         self.state.rw -= rw
         self.state.dp -= dp
+        self._count(self.state, t, j, ranks, -1.0)
         self.assign[t] = None
 
-    def objective(self) -> float:
+    def _count(self, state: _State, t: int, j: int, ranks: tuple[int, ...], sign: float) -> None:
+        """Add (``sign`` 1) or remove (-1) table ``t``'s pieces under option ``j`` on ``ranks`` to the launch
+        state of ``state``."""
+        if state.cnt is None:
+            return
+        kind, key = self._type[j], self.costs.piece_key[t, j]
+        if kind == 3:
+            state.dpc[key] += sign
+        else:
+            state.cnt[list(ranks), key] += sign
+            if kind <= 1:
+                state.a2a[list(ranks)] += sign
+        state.n += sign * np.array([kind != 3, kind == 2, kind == 1, kind == 3])
+
+    def _launch_terms(self, t: np.ndarray | int, js: np.ndarray, masks: np.ndarray, dp: np.ndarray,
+                      moved: tuple[np.ndarray, np.ndarray] | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The launch terms (:func:`_estimate`) of n candidates, each placing table ``t`` (one, or one per
+        candidate) under option ``js`` [n] on holders ``masks`` [n, R] (``dp``: the plans' data-parallel
+        gradient bytes): a table not in the plan yet, or (``moved``: its current option [n] and holders [n, R])
+        one moved from where it is; None without a host term."""
+        lm = self._lm
+        if lm is None:
+            return None
+        s, n = self.state, len(js)
+        kind, key = self._type[js], self.costs.piece_key[t, js]
+        cnt = s.cnt[:, key].T  # [n, R] pieces of the candidate's group on each rank
+        groups = np.repeat((s.cnt > 0).sum(axis=1)[None], n, axis=0)
+        a2a = np.repeat(s.a2a[None], n, axis=0)
+        dpc = s.dpc[key]
+        n_dpg = np.full(n, float((s.dpc > 0).sum()))
+        counts = np.repeat(s.n[None], n, axis=0)
+        if moved is not None:  # the table leaves its current pieces first
+            j0, H0 = moved
+            kind0, key0 = self._type[j0], self.costs.piece_key[t, j0]
+            sharded0 = (kind0 != 3)[:, None]
+            groups = groups - (H0 & sharded0 & (s.cnt[:, key0].T == 1))
+            cnt = cnt - H0 * (sharded0 & (key0 == key)[:, None])
+            a2a = a2a - H0 * (kind0 <= 1)[:, None]
+            n_dpg -= (kind0 == 3) & (s.dpc[key0] == 1)
+            dpc = dpc - ((kind0 == 3) & (key0 == key))
+            counts -= np.stack([kind0 != 3, kind0 == 2, kind0 == 1, kind0 == 3], axis=1)
+        sharded = kind != 3
+        groups = (groups + (masks & sharded[:, None] & (cnt == 0))).astype(np.float64)
+        a2a = (a2a > 0) | (masks & (kind <= 1)[:, None])
+        n_dpg += (kind == 3) & (dpc == 0)
+        counts += np.stack([sharded, kind == 2, kind == 1, kind == 3], axis=1)
+        kernels, colls = _launch_counts(lm, groups, a2a, *counts.T[:3], n_dpg, counts[:, 3], dp)
+        return lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
+
+    def _moves_terms(self, A: list[np.ndarray], Bv: list[np.ndarray], M: list[np.ndarray], DP: list[np.ndarray],
+                     old: list[tuple[int, tuple[int, ...]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The launch terms of the local search's moves (per moved table: its candidates' tables ``A``, options
+        ``Bv``, holders ``M`` and data-parallel bytes ``DP``, and where it is now, ``old``), in one call."""
+        sizes = [len(a) for a in A[:len(old)]]
+        j0 = np.repeat([j for j, _ in old], sizes)
+        H0 = np.repeat(np.array([_holders_mask(self.R, r) for _, r in old]), sizes, axis=0)
+        n = len(old)
+        return self._launch_terms(np.concatenate(A[:n]), np.concatenate(Bv[:n]), np.concatenate(M[:n]),
+                                  np.concatenate(DP[:n]), moved=(j0, H0))
+
+    def _swap_terms(self, P: np.ndarray, Q: np.ndarray, b: int,
+                    rq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The launch terms (:func:`_estimate`) after swapping table-wise tables ``P`` (on rank ``b``) and ``Q``
+        (on ranks ``rq``): only the two ranks' fused groups change."""
+        s, tw = self.state, self._tw
+        kp, kq = self.costs.piece_key[P, tw], self.costs.piece_key[Q, tw]
+        other = (kp != kq) & (rq != b)  # (a swap on one rank changes nothing)
+        groups = np.repeat((s.cnt > 0).sum(axis=1)[None].astype(np.float64), len(P), axis=0)
+        i = np.arange(len(P))
+        groups[:, b] += other * ((s.cnt[b, kq] == 0).astype(float) - (s.cnt[b, kp] == 1))
+        groups[i, rq] += other * ((s.cnt[rq, kp] == 0).astype(float) - (s.cnt[rq, kq] == 1))
+        one = np.ones(len(P))
+        n_dpg = float((s.dpc > 0).sum()) * one
+        kernels, colls = _launch_counts(self._lm, groups, np.repeat((s.a2a > 0)[None], len(P), axis=0),
+                                        s.n[0] * one, s.n[1] * one, s.n[2] * one, n_dpg, s.n[3] * one, s.dp * one)
+        return self._lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
+
+    def _terms_now(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The launch terms (:func:`_estimate`) of the plan as it stands."""
+        lm = self._lm
+        if lm is None:
+            return None
         s = self.state
-        return float(_objective(self.costs, s.v[None], np.array([s.rw]), np.array([s.dp]))[0])
+        groups = (s.cnt > 0).sum(axis=1)[None].astype(np.float64)
+        n_dpg = np.array([float((s.dpc > 0).sum())])
+        kernels, colls = _launch_counts(lm, groups, (s.a2a > 0)[None], s.n[:1], s.n[1:2], s.n[2:3], n_dpg, s.n[3:4],
+                                        np.array([s.dp]))
+        return lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
+
+    def gpu_objective(self) -> float:
+        """The GPU-side terms of the plan as it stands (:func:`_objective`, with its fused groups' fixed times)."""
+        s, terms = self.state, self._terms_now()
+        return float(_objective(self.costs, s.v[None], np.array([s.rw]), np.array([s.dp]),
+                                groups=None if terms is None else terms[1:])[0])
+
+    def objective(self) -> tuple[float, float]:
+        """The estimate of the plan as it stands and its GPU time (:func:`_estimate`)."""
+        s = self.state
+        est, gpu = _estimate(self.costs, s.v[None], np.array([s.rw]), np.array([s.dp]), launch=self._terms_now())
+        return float(est[0]), float(gpu[0])
 
     def load_plan(self, plan: ShardingPlan) -> _Search:
         for t, table in enumerate(self.config.tables):
@@ -460,6 +729,7 @@ class _Search:
             if j is None:  # an option outside the search's menu: approximate by the nearest k
                 same = [(abs(o.k - k), jj) for jj, o in enumerate(self.costs.options) if o.type == sh.type]
                 j = min(same)[1]
+                self.approximate = True
             self.place(t, j, tuple(range(self.R)) if sh.type == "data_parallel" else sh.ranks)
         return self
 
@@ -526,9 +796,10 @@ class _Search:
             js, masks = self._candidates_for(t, self._split_menu())
             coef = self.costs.coeffs[t, js]
             v = self.state.v[None] + _delta(coef, masks)
-            objs = _objective(self.costs, v, self.state.rw + coef[:, _RW], self.state.dp + coef[:, _DP],
-                              extra=np.maximum(remaining, 0.0))
-            best = int(np.argmin(objs))
+            dp = self.state.dp + coef[:, _DP]
+            objs, gpu = _estimate(self.costs, v, self.state.rw + coef[:, _RW], dp, extra=np.maximum(remaining, 0.0),
+                                  launch=self._launch_terms(t, js, masks, dp))
+            best = _lexmin(objs, gpu)
             if not np.isfinite(objs[best]):
                 if self.costs.budget <= 0:
                     raise InvalidInputError(
@@ -553,7 +824,7 @@ class _Search:
         tw = self._tw
         coef_tw = self.costs.coeffs[:, tw]
         R = self.R
-        current = self.objective()
+        current, current_gpu = self.objective()
         for _ in range(max_steps):
             if deadline is not None and time.perf_counter() > deadline:
                 break
@@ -564,7 +835,7 @@ class _Search:
             menu = self._split_menu()
             dests = np.union1d(np.argsort(v[0], kind="stable")[:destinations],
                                np.argsort(v[2], kind="stable")[:max(1, destinations // 2)])
-            V, RW, DP, kinds, A, Bv, M = [], [], [], [], [], [], []
+            V, RW, DP, TERMS, kinds, A, Bv, M, OLD = [], [], [], [], [], [], [], [], []
             for t in movers:
                 j0, r0 = self.assign[t]
                 d0, rw0, dp0 = self._piece(t, j0, r0)
@@ -573,6 +844,7 @@ class _Search:
                 V.append((v - d0)[None] + _delta(coef, masks))
                 RW.append(self.state.rw - rw0 + coef[:, _RW])
                 DP.append(self.state.dp - dp0 + coef[:, _DP])
+                OLD.append((j0, r0))
                 kinds.append(np.zeros(len(js), np.int8))
                 A.append(np.full(len(js), t))
                 Bv.append(js)
@@ -592,18 +864,27 @@ class _Search:
                 Hr = self._eye[rq]
                 nv = (v[None] - _delta(coef_tw[P], Hb) + _delta(coef_tw[P], Hr)
                       - _delta(coef_tw[Q], Hr) + _delta(coef_tw[Q], Hb))
+                if self._lm is not None and V:  # the moves' launch terms, all at once
+                    TERMS.append(self._moves_terms(A, Bv, M, DP, OLD))
                 V.append(nv)
                 RW.append(np.full(len(P), self.state.rw))
                 DP.append(np.full(len(P), self.state.dp))
+                if self._lm is not None:
+                    TERMS.append(self._swap_terms(P, Q, b, rq))
                 kinds.append(np.ones(len(P), np.int8))
                 A.append(P)
                 Bv.append(Q)
                 M.append(Hr)
             if not V:
                 break
-            objs = _objective(self.costs, np.concatenate(V), np.concatenate(RW), np.concatenate(DP))
-            i = int(np.argmin(objs))
-            if not objs[i] < current * (1 - 1e-9):
+            if self._lm is not None and not TERMS:  # (moves only)
+                TERMS.append(self._moves_terms(A, Bv, M, DP, OLD))
+            terms = (tuple(np.concatenate([x[k] for x in TERMS]) for k in range(3)) if TERMS else None)
+            objs, gpu = _estimate(self.costs, np.concatenate(V), np.concatenate(RW), np.concatenate(DP), launch=terms)
+            i = _lexmin(objs, gpu)
+            # a better estimate, or (a host-bound plan) the same with less GPU time: more slack before the GPU binds
+            if not (objs[i] < current * (1 - 1e-9)
+                    or (objs[i] <= current * (1 + 1e-12) and gpu[i] < current_gpu * (1 - 1e-9))):
                 break
             kind, a, bb = int(np.concatenate(kinds)[i]), int(np.concatenate(A)[i]), int(np.concatenate(Bv)[i])
             mask = np.concatenate(M)[i]
@@ -613,7 +894,7 @@ class _Search:
                 r = int(np.flatnonzero(mask)[0])
                 self.place(a, tw, (r,))
                 self.place(bb, tw, (b,))
-            current = self.objective()
+            current, current_gpu = self.objective()
         return self
 
 
@@ -769,55 +1050,108 @@ def dense_kernel_us(config: DLRMConfig, model: OpCostModel, catalog: Catalog | N
     """Predicted time (us) of the dense kernels of one rank's iteration (MLPs, interaction, loss, dense optimizer
     step), which every plan runs alike: the kernels of the graph's dense phases on the busiest rank of a
     table-wise plan, less those of the embedding tables."""
+    return _reference_terms(config, model, catalog)[0]
+
+
+def _reference_terms(config: DLRMConfig, model: OpCostModel,
+                     catalog: Catalog | None = None) -> tuple[float, _LaunchModel]:
+    """From one graph of a reference plan (every table table-wise on rank 0): the dense kernels' time
+    (:func:`dense_kernel_us`) and the host events every plan launches alike (:class:`_LaunchModel`)."""
     from hybrid.sharding.plan import Shard
 
     catalog = catalog or model_catalog(model)
     plan = ShardingPlan({t.name: Shard("table_wise", (0,)) for t in config.tables})
-    g = build_dlrm_graph(config.with_(plan=None), plan, catalog).graph.compile()
+    it = build_dlrm_graph(config.with_(plan=None), plan, catalog)
+    g = it.graph.compile()
+    # host events per rank and overhead category, less the reference plan's own embedding launches
+    R, n_cat = config.gpus, len(OVERHEAD_CATEGORIES)
+    on_host = _host_nodes(g)
+    base = np.bincount(g.rank[on_host] * n_cat + g.overhead[on_host], minlength=R * n_cat).reshape(R, n_cat)
+    first = np.flatnonzero(on_host & (g.rank == 0) & np.isin(g.overhead, [OVERHEAD_CATEGORIES.index(
+        "kernel_launch"), OVERHEAD_CATEGORIES.index("collective_launch")]))
+    lead = np.bincount(g.overhead[on_host & (g.rank == 0) & (np.arange(len(g.rank)) <= first[0])],
+                       minlength=n_cat) if first.size else np.zeros(n_cat)
+    cast = STORAGE_DTYPE.get(config.lookup_dtype, config.lookup_dtype) != STORAGE_DTYPE.get(config.dtype, config.dtype)
+    fixed = np.bincount(g.rank[on_host], weights=g.fixed_us[on_host], minlength=R)
+    lm = _LaunchModel(base=base.astype(np.float64), lead=lead.astype(np.float64), fixed=fixed,
+                      per_group=2.0 + (1.0 if config.optimizer == "sgd" else 2.0) + float(config.grad_scaler),
+                      per_sharded_rank=2.0 * cast, per_dp_group=3.0 + 2.0 * cast, bucket_bytes=float(DDP_BUCKET_BYTES),
+                      mp_bottom=config.bottom_mlp_placement == "model_parallel" and R > 1, n_ranks=R)
+    groups = np.array([[sum(1 for grp in lookup_groups(it.pieces, r) if grp["sharded"]) for r in range(R)]], float)
+    a2a = np.zeros((1, R), bool)
+    a2a[0, 0] = True
+    one = np.ones(1)
+    k_ref, c_ref = _launch_counts(lm, groups, a2a, one * len(config.tables), 0 * one, 0 * one, 0 * one, 0 * one,
+                                  0 * one)
+    lm.base[:, OVERHEAD_CATEGORIES.index("kernel_launch")] -= k_ref[0]
+    lm.base[:, OVERHEAD_CATEGORIES.index("collective_launch")] -= c_ref[0]
+
     phase = np.array([*g.phase_names, ""])[g.phase[:g.n_real]] if g.phase is not None else np.full(g.n_real, "")
     keep = ((g.rank[:g.n_real] == 0) & (g.kind[:g.n_real] == KINDS.index("compute"))
             & np.isin(phase, ("dense_fwd", "backward", "optimizer"))
             & np.array([not any(k in name for k in _PLAN_KERNELS) for name in g.names[:g.n_real]])
             & (g.op_index[:g.n_real] >= 0))
     if not keep.any():
-        return 0.0
+        return 0.0, lm
     ops = np.unique(g.op_index[:g.n_real][keep], return_counts=True)
     times, _ = predict_times(model, g.ops.iloc[ops[0]].reset_index(drop=True))
-    return float(np.dot(np.nan_to_num(times, nan=0.0), ops[1]))
+    return float(np.dot(np.nan_to_num(times, nan=0.0), ops[1])), lm
 
 
-def host_us_per_rank(graph: CompiledGraph, overheads: Overheads) -> np.ndarray:
-    """[ranks] time (us) each rank's host spends on its host stream (launches, per-iteration and optimizer work)."""
+def _host_nodes(graph: CompiledGraph) -> np.ndarray:
+    """[nodes] which nodes are on a rank's host stream."""
     real = np.arange(len(graph.names)) < graph.n_real
     host_streams = np.array([name == HOST for _, name in graph.stream_names])
     on_host = real & (graph.stream >= 0)
     on_host[on_host] = host_streams[graph.stream[on_host]]
+    return on_host
+
+
+def host_us_per_rank(graph: CompiledGraph, overheads: Overheads) -> np.ndarray:
+    """[ranks] time (us) each rank's host spends on its host stream (launches, per-iteration and optimizer work)."""
+    on_host = _host_nodes(graph)
     dur = graph.fixed_us + overheads.vector()[graph.overhead]
     return np.bincount(graph.rank[on_host], weights=dur[on_host], minlength=graph.n_ranks)
 
 
 def _plan_host_us(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
-    """The busiest rank's host time of ``plan``'s graph (us; cached per plan), 0 without ``costs.catalog``."""
+    """The busiest rank's host time of ``plan``'s graph (us; cached per plan), 0 without ``costs.catalog``: counted
+    as the search counts it (:class:`_LaunchModel`, equal to the graph's), or from the graph itself where the count
+    does not follow it: ``auto`` placement (a rank's pieces of one dim split into GPU- and host-memory groups
+    where the graph spills some), an option outside the search's menu, or a model-parallel bottom MLP with no
+    sharded table (the graph then runs the bottom MLP on every rank)."""
     if costs.catalog is None:
         return 0.0
     key = (plan, costs.overheads)
     if key not in costs.host_cache:
-        graph = build_dlrm_graph(config.with_(plan=None), plan, costs.catalog).graph.compile()
-        costs.host_cache[key] = float(host_us_per_rank(graph, costs.overheads).max())
+        s = _Search(config, costs).load_plan(plan) if costs.launch is not None else None
+        if (s is not None and costs.placed is None and not s.approximate
+                and not (costs.launch.mp_bottom and s.state.n[0] == 0)):
+            costs.host_cache[key] = float(s._terms_now()[0][0])
+        else:
+            graph = build_dlrm_graph(config.with_(plan=None), plan, costs.catalog).graph.compile()
+            costs.host_cache[key] = float(host_us_per_rank(graph, costs.overheads).max())
     return costs.host_cache[key]
 
 
 def plan_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
     """The search's estimate of ``plan``'s iteration (us; inf where it overflows a memory): the longer of the
-    busiest host's time (every launch of the plan's graph, :func:`host_us_per_rank`) and the GPU's (the additive
-    terms, :func:`plan_gpu_estimate`, plus the dense layers' kernels, ``costs.dense_us``); on a CPU device,
-    whose host waits for every kernel, their sum."""
+    busiest host's time (every launch of the plan's graph, :func:`host_us_per_rank`, as :func:`_plan_host_us`
+    counts it) and the GPU's (the additive
+    terms, :func:`plan_gpu_estimate`, plus the dense layers' kernels, ``costs.dense_us``, after the host's lead:
+    its per-iteration work and first launch, ``costs.launch.lead``, before which no GPU op starts); on a CPU
+    device, whose host waits for every kernel, their sum. The search's own objective (:meth:`_Search.objective`)
+    is the same quantity, counted incrementally."""
     gpu = plan_gpu_estimate(config, costs, plan)
     if not np.isfinite(gpu):
         return gpu
     host = _plan_host_us(config, costs, plan)
     gpu += costs.dense_us
-    return host + gpu if costs.synchronous_host else max(host, gpu)
+    if costs.synchronous_host:
+        return host + gpu
+    if costs.launch is not None and costs.catalog is not None:
+        gpu += float(costs.launch.lead @ costs.overheads.vector())
+    return max(host, gpu)
 
 
 def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
@@ -827,7 +1161,7 @@ def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan)
     (:func:`hybrid.workloads.dlrm_graph.place_pieces`: a rank's largest tables in host memory once they pass
     :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`), whichever placement ``costs`` planned with."""
     if costs.placed is None:
-        return _Search(config, costs).load_plan(plan).objective()
+        return _Search(config, costs).load_plan(plan).gpu_objective()
     hbm, host, device = costs.placed
     s = _Search(config, replace(costs, coeffs=hbm)).load_plan(plan)
     moved = [p for p in place_pieces(config, shard_pieces(config, plan), device) if p.host]
@@ -839,19 +1173,20 @@ def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan)
         ranks = np.array([p.rank for p in moved])
         for row, col in zip(_PLACED_ROWS, range(len(_PLACED_COLS)), strict=True):
             np.add.at(s.state.v[row], ranks, diff[:, col])
-    return s.objective()
+    return s.gpu_objective()
 
 
 def _auto_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                host_mem_per_node: float | None = None) -> tuple[CostTables, CostTables]:
+                host_mem_per_node: float | None = None,
+                overheads: Overheads | None = None) -> tuple[CostTables, CostTables]:
     """``embedding_placement`` auto on a GPU: the cost tables with every table in GPU memory (plans held to the
     share of it the graph keeps there) and with the sharded tables in host memory, each knowing both for
     :func:`plan_estimate`."""
     if host_mem_per_node is None:
         system = model_catalog(model).systems.get(target.system)
         host_mem_per_node = float(system.host_mem) if system is not None else None
-    hbm = estimate_costs(config, model, target, capacity, host_mem_per_node=host_mem_per_node)
-    host = _host_costs(config, model, target, capacity, host_mem_per_node)
+    hbm = estimate_costs(config, model, target, capacity, host_mem_per_node=host_mem_per_node, overheads=overheads)
+    host = _host_costs(config, model, target, capacity, host_mem_per_node, overheads)
     placed = (hbm.coeffs, host.coeffs, target.device)
     return replace(hbm, placed=placed), replace(host, placed=placed)
 
@@ -861,7 +1196,8 @@ def _is_auto(config: DLRMConfig, target: Target) -> bool:
 
 
 def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                     host_mem_per_node: float | None = None) -> tuple[CostTables, _Search | InvalidInputError]:
+                     host_mem_per_node: float | None = None,
+                     overheads: Overheads | None = None) -> tuple[CostTables, _Search | InvalidInputError]:
     """The cost tables a search plans with, and their greedy placement (or the error that none places every
     table). With ``embedding_placement`` ``host`` on a GPU, and with ``auto`` when the sharded tables fit no
     placement in GPU memory, the tables with those weights in host memory, where the graph then places them
@@ -870,7 +1206,7 @@ def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, cap
     GPUs keeps its tables."""
     allowed = host_placement_allowed(config, target.device)
     if _is_auto(config, target):  # GPU memory up to the graph's share, else the sharded tables in host memory
-        hbm, host = _auto_costs(config, model, target, capacity, host_mem_per_node)
+        hbm, host = _auto_costs(config, model, target, capacity, host_mem_per_node, overheads)
         try:
             return hbm, _Search(config, hbm).greedy()
         except InvalidInputError:
@@ -880,13 +1216,13 @@ def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, cap
         except InvalidInputError as exc:
             return host, exc
     if not (allowed and config.embedding_placement == "host"):  # (``host``: every sharded table is there anyway)
-        costs = estimate_costs(config, model, target, capacity)
+        costs = estimate_costs(config, model, target, capacity, overheads=overheads)
         try:
             return costs, _Search(config, costs).greedy()
         except InvalidInputError as exc:
             if not allowed:
                 return costs, exc
-    costs = _host_costs(config, model, target, capacity, host_mem_per_node)
+    costs = _host_costs(config, model, target, capacity, host_mem_per_node, overheads)
     try:
         return costs, _Search(config, costs).greedy()
     except InvalidInputError as exc:
@@ -894,27 +1230,29 @@ def _placeable_costs(config: DLRMConfig, model: OpCostModel, target: Target, cap
 
 
 def _host_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                host_mem_per_node: float | None = None) -> CostTables:
+                host_mem_per_node: float | None = None, overheads: Overheads | None = None) -> CostTables:
     """The cost tables with the sharded tables' weights in host memory, each node's share held to its host memory
     (``host_mem_per_node`` bytes, else the catalog's figure for the system)."""
     if host_mem_per_node is None:
         system = model_catalog(model).systems.get(target.system)
         host_mem_per_node = float(system.host_mem) if system is not None else None
-    return estimate_costs(config, model, target, capacity, host_weights=True, host_mem_per_node=host_mem_per_node)
+    return estimate_costs(config, model, target, capacity, host_weights=True, host_mem_per_node=host_mem_per_node,
+                          overheads=overheads)
 
 
 def _baseline_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
-                    plans: list[ShardingPlan], host_mem_per_node: float | None = None) -> CostTables:
+                    plans: list[ShardingPlan], host_mem_per_node: float | None = None,
+                    overheads: Overheads | None = None) -> CostTables:
     """The cost tables that estimate table-wise baseline ``plans`` when no greedy placement runs (it needs memory
     growing with ranks^2), chosen as :func:`_placeable_costs` chooses them: weights in host memory with
     ``embedding_placement`` host on a GPU, and with ``auto`` when the plans overflow the GPUs' memory (where the
     baselines then placed them, :func:`hybrid.sharding.heuristics.greedy_place`); else in GPU memory."""
     allowed = host_placement_allowed(config, target.device)
     if allowed and config.embedding_placement == "host":
-        return _host_costs(config, model, target, capacity, host_mem_per_node)
+        return _host_costs(config, model, target, capacity, host_mem_per_node, overheads)
     if _is_auto(config, target):  # (either: each plan is estimated with its pieces where the graph places them)
-        return _auto_costs(config, model, target, capacity, host_mem_per_node)[0]
-    return estimate_costs(config, model, target, capacity)
+        return _auto_costs(config, model, target, capacity, host_mem_per_node, overheads)[0]
+    return estimate_costs(config, model, target, capacity, overheads=overheads)
 
 
 def greedy_plan(config: DLRMConfig, model: OpCostModel | None = None, *, capacity: float | None = None,
@@ -1002,7 +1340,8 @@ def search_plans(
     stages = tqdm(total=4, desc=f"shard {config.gpus} ranks", unit="stage", disable=not progress, leave=False)
     stages.set_postfix_str("cost tables")
     planned = "greedy" in strategies or "search" in strategies  # baselines alone need no greedy placement
-    costs, greedy = (_placeable_costs(config, model, target, capacity, host_mem_per_node) if planned
+    # (the estimate's host term prices the launches with the overheads the plans are simulated with)
+    costs, greedy = (_placeable_costs(config, model, target, capacity, host_mem_per_node, overheads) if planned
                      else (None, None))
     stages.update()
     stages.set_postfix_str("baselines")
@@ -1019,7 +1358,8 @@ def search_plans(
             except InvalidInputError as exc:
                 errors[name] = str(exc)
     if costs is None:  # baselines alone: estimated on the cost tables the search would plan them with
-        costs = _baseline_costs(config, model, target, capacity, list(baselines.values()), host_mem_per_node)
+        costs = _baseline_costs(config, model, target, capacity, list(baselines.values()), host_mem_per_node,
+                                overheads)
     candidates: list[tuple[str, ShardingPlan, float]] = []
     for name, plan in baselines.items():
         if name in strategies:
