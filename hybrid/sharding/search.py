@@ -157,7 +157,7 @@ class _LaunchModel:
     per_group: float  # kernels per fused sharded lookup group: fwd, bwd, update (Adagrad: coalesce + update), unscale
     per_sharded_rank: float  # kernels of a rank with sharded lookups: its output casts, fwd and bwd (lookup dtype)
     per_dp_group: float  # kernels per data-parallel group (every rank): fwd, bwd, dense step (+ 2 casts)
-    bucket_bytes: float  # data-parallel gradients are all-reduced in chunks of this many bytes (one launch each)
+    bucket_bytes: float  # DDP's bucket cap: data-parallel groups' gradients share buckets of at least this many bytes
     mp_bottom: bool  # model-parallel bottom MLP: rank 0 packs its output for the pooled all-to-all
     n_ranks: int
 
@@ -176,8 +176,9 @@ def _launch_counts(lm: _LaunchModel, groups: np.ndarray, a2a: np.ndarray, n_shar
     ``n_dp_groups`` [n]; with several ranks the input all-to-alls (counts, payload) and the unpack once any table
     is sharded (``n_sharded``), the pooled all-to-all and its gradient's while a rank holds a table-/column-wise
     piece (``a2a`` [n, R]: that rank packs its outputs), the row-wise pack, reduce-scatter and all-gather
-    (``n_rw`` tables), the column-wise reassemble (``n_cw``) and one all-reduce per ``bucket_bytes`` of
-    ``dp_bytes`` data-parallel gradients (``n_dp`` tables)."""
+    (``n_rw`` tables), the column-wise reassemble (``n_cw``) and one all-reduce per DDP bucket of the
+    data-parallel gradients (``n_dp`` tables; ``dp_bytes`` [n, keys]: their bytes per fused group, each group whole
+    in a bucket)."""
     kernels = (lm.per_group * groups + lm.per_sharded_rank * (groups > 0)
                + lm.per_dp_group * n_dp_groups[:, None].astype(np.float64))
     colls = np.zeros_like(kernels)
@@ -188,8 +189,18 @@ def _launch_counts(lm: _LaunchModel, groups: np.ndarray, a2a: np.ndarray, n_shar
             own[:, 0] = True
         kernels += sharded * (1.0 + (own & sharded) + (n_rw > 0)[:, None] + (n_cw > 0)[:, None])
         colls += sharded * (2.0 + 2.0 * own.any(axis=1, keepdims=True) + 2.0 * (n_rw > 0)[:, None])
-        chunks = np.where(n_dp > 0, np.ceil(np.maximum(dp_bytes, 0.0) / lm.bucket_bytes * (1 - 1e-12)), 0.0)
-        colls += chunks[:, None]
+        # DDP buckets whole parameters (one fused table per data-parallel group, in the graph's order: by
+        # embedding dim): a bucket closes once it holds ``bucket_bytes``, a group larger than that is one of its own
+        b = np.asarray(dp_bytes, dtype=np.float64)
+        b = b.reshape(len(kernels), -1)
+        filled, chunks = np.zeros(len(b)), np.zeros(len(b))
+        for k in range(b.shape[1]):
+            filled = filled + np.maximum(b[:, k], 0.0)
+            close = filled >= lm.bucket_bytes
+            chunks += close
+            filled = np.where(close, 0.0, filled)
+        chunks += filled > 0
+        colls += np.where(n_dp > 0, chunks, 0.0)[:, None]
     return kernels, colls
 
 
@@ -464,6 +475,8 @@ class _State:
     cnt: np.ndarray | None = None
     a2a: np.ndarray | None = None
     dpc: np.ndarray | None = None
+    #: [keys] data-parallel gradient bytes per fused group (the DDP buckets they fill)
+    dpb: np.ndarray | None = None
     n: np.ndarray = field(default_factory=lambda: np.zeros(4))
 
 
@@ -593,6 +606,7 @@ class _Search:
             n_keys = int(costs.piece_key.max()) + 1
             self.state.cnt, self.state.a2a, self.state.dpc = (np.zeros((self.R, n_keys)), np.zeros(self.R),
                                                               np.zeros(n_keys))
+            self.state.dpb = np.zeros(n_keys)
 
     # state bookkeeping -------------------------------------------------------------------------------------
     def _piece(self, t: int, j: int, ranks: tuple[int, ...]) -> tuple[np.ndarray, float, float]:
@@ -627,6 +641,7 @@ class _Search:
         kind, key = self._type[j], self.costs.piece_key[t, j]
         if kind == 3:
             state.dpc[key] += sign
+            state.dpb[key] += sign * self.costs.coeffs[t, j, _DP]
         else:
             state.cnt[list(ranks), key] += sign
             if kind <= 1:
@@ -645,6 +660,8 @@ class _Search:
             return None
         s, n = self.state, len(js)
         kind, key = self._type[js], self.costs.piece_key[t, js]
+        rows = np.arange(n)
+        dpb = np.repeat(s.dpb[None], n, axis=0)  # [n, keys] data-parallel bytes per fused group
         cnt = s.cnt[:, key].T  # [n, R] pieces of the candidate's group on each rank
         groups = np.repeat((s.cnt > 0).sum(axis=1)[None], n, axis=0)
         a2a = np.repeat(s.a2a[None], n, axis=0)
@@ -660,13 +677,15 @@ class _Search:
             a2a = a2a - H0 * (kind0 <= 1)[:, None]
             n_dpg -= (kind0 == 3) & (s.dpc[key0] == 1)
             dpc = dpc - ((kind0 == 3) & (key0 == key))
+            dpb[rows, key0] -= (kind0 == 3) * self.costs.coeffs[t, j0, _DP]
             counts -= np.stack([kind0 != 3, kind0 == 2, kind0 == 1, kind0 == 3], axis=1)
         sharded = kind != 3
         groups = (groups + (masks & sharded[:, None] & (cnt == 0))).astype(np.float64)
         a2a = (a2a > 0) | (masks & (kind <= 1)[:, None])
         n_dpg += (kind == 3) & (dpc == 0)
+        dpb[rows, key] += (kind == 3) * self.costs.coeffs[t, js, _DP]
         counts += np.stack([sharded, kind == 2, kind == 1, kind == 3], axis=1)
-        kernels, colls = _launch_counts(lm, groups, a2a, *counts.T[:3], n_dpg, counts[:, 3], dp)
+        kernels, colls = _launch_counts(lm, groups, a2a, *counts.T[:3], n_dpg, counts[:, 3], dpb)
         return lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
 
     def _moves_terms(self, A: list[np.ndarray], Bv: list[np.ndarray], M: list[np.ndarray], DP: list[np.ndarray],
@@ -694,7 +713,8 @@ class _Search:
         one = np.ones(len(P))
         n_dpg = float((s.dpc > 0).sum()) * one
         kernels, colls = _launch_counts(self._lm, groups, np.repeat((s.a2a > 0)[None], len(P), axis=0),
-                                        s.n[0] * one, s.n[1] * one, s.n[2] * one, n_dpg, s.n[3] * one, s.dp * one)
+                                        s.n[0] * one, s.n[1] * one, s.n[2] * one, n_dpg, s.n[3] * one,
+                                        np.repeat(s.dpb[None], len(P), axis=0))
         return self._lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
 
     def _terms_now(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -706,7 +726,7 @@ class _Search:
         groups = (s.cnt > 0).sum(axis=1)[None].astype(np.float64)
         n_dpg = np.array([float((s.dpc > 0).sum())])
         kernels, colls = _launch_counts(lm, groups, (s.a2a > 0)[None], s.n[:1], s.n[1:2], s.n[2:3], n_dpg, s.n[3:4],
-                                        np.array([s.dp]))
+                                        s.dpb[None])
         return lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
 
     def gpu_objective(self) -> float:
