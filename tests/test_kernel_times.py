@@ -136,6 +136,16 @@ def test_pointwise_kernel_time_takes_off_the_dispatch_the_trees_learned(tmp_path
     want = KernelTimeModel(model, learned_dispatch=True).predict(small_rows)["time_us"].sum()
     assert r.iteration_us == pytest.approx(want, rel=1e-9)
     assert r.iteration_us < out.loc[small_rows.index, "time_us"].sum() - 6 * 15.0
+    # with the engine's default host constants, one launch costs the host the dispatch the fit measured on that GPU
+    # (not the generic 15 us): six back-to-back tiny kernels are host-bound at six of them plus the last kernel
+    from hybrid.engine.overheads import DEFAULT_KERNEL_LAUNCH_US, measured_dispatch_us
+
+    assert measured_dispatch_us(model, ["A100-SXM4-80GB"]) == pytest.approx(learned["A100-SXM4-80GB"])
+    assert measured_dispatch_us(model, ["A100-SXM4-80GB", "V100-PCIE-32GB"]) is None  # one device only
+    r = simulate(g, model)
+    last = KernelTimeModel(model, learned_dispatch=True).predict(small_rows)["time_us"].iloc[-1]
+    assert r.iteration_us == pytest.approx(6 * learned["A100-SXM4-80GB"] + last, rel=1e-9)
+    assert learned["A100-SXM4-80GB"] > DEFAULT_KERNEL_LAUNCH_US + 10.0
 
 
 @pytest.fixture(scope="module")

@@ -217,3 +217,36 @@ class Overheads:
         parts = [f"{k} {v:.1f} us ({se(k)}{'' if report['identified'][k] else ', not identified'}"
                  f"{', at a bound' if report['at_bound'][k] else ''})" for k, v in report["params"].items()]
         return ", ".join(parts) + f"; median |log error| on the fit runs {report['median_abs_log_error']:.3f}"
+
+
+def measured_dispatch_us(model: Any, devices: Sequence[str]) -> float | None:
+    """The host dispatch per op that ``model``'s kernel corrections measured for ``devices`` (one device; None for
+    several, none, or a model without one): the floor the pointwise trees learned inside an eager-timed GPU's
+    per-op times (``DispatchXGB.learned_dispatch``; its ``"*"`` entry for a GPU never fitted), looked up through
+    wrappers (``.model``). That floor is what one op costs the host of the profiled machine (dispatch + launch);
+    the engine takes it off the GPU stream (:class:`~hybrid.engine.costs.KernelTimeModel`) and charges it there."""
+    devs = {str(d) for d in devices}
+    if len(devs) != 1:
+        return None
+    (device,) = devs
+    seen: set[int] = set()
+    while model is not None and id(model) not in seen:
+        seen.add(id(model))
+        for c in getattr(model, "corrections", None) or ():
+            learned = getattr(c, "learned_dispatch", None)
+            if learned:
+                d = learned.get(device, learned.get("*"))
+                return float(d) if d is not None and np.isfinite(d) and d > 0 else None
+        model = getattr(model, "model", None)
+    return None
+
+
+def dispatch_overheads(base: Overheads, dispatch_us: float | None) -> Overheads:
+    """``base`` with one kernel's host time (launch + framework dispatch) set to ``dispatch_us`` where given (the
+    framework share absorbs the difference; the launch keeps its value); ``base`` itself without one."""
+    if dispatch_us is None:
+        return base
+    values = base.to_dict()
+    values["framework_us"] = max(float(dispatch_us) - base.kernel_launch_us, 0.0)
+    return Overheads(**values)
+

@@ -25,7 +25,7 @@ from hybrid.engine.costs import (
     predict_times,
 )
 from hybrid.engine.graph import COMM, COMPUTE, CPU, KINDS, SYNC, CompiledGraph, TaskGraph
-from hybrid.engine.overheads import Overheads
+from hybrid.engine.overheads import Overheads, dispatch_overheads, measured_dispatch_us
 from hybrid.errors import InvalidInputError
 
 #: Columns of :attr:`SimResult.breakdown` (one row per rank).
@@ -340,7 +340,12 @@ def simulate(
                                 f"{type(overheads).__name__}")
     compiled = graph.compile() if isinstance(graph, TaskGraph) else graph
     methods: list = []
-    over = overheads if overheads is not None else Overheads()
+    over = overheads
+    if over is None:  # defaults, one kernel's host time as the model measured it on the graph's GPU where it did
+        over = Overheads()
+        if len(compiled.ops) and "device" in compiled.ops.columns and model is not None:
+            devs = pd.unique(compiled.ops["device"].astype(str))
+            over = dispatch_overheads(over, measured_dispatch_us(model, devs))
     low = high = None
     times = None
     if shared_memory and compiled.n_ranks > 1:

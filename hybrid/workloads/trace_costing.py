@@ -431,7 +431,9 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
     """Simulate ``iteration`` with ``model``'s op times (and, if the trace has times, with measured ones).
 
     ``overheads`` default: none on a CPU target or where the traced host time is kept (it already holds every
-    op's dispatch and launch); the engine's kernel-launch and collective-launch costs where it was dropped.
+    op's dispatch and launch); the engine's kernel-launch and collective-launch costs where it was dropped, one
+    kernel's host time being the dispatch ``model`` measured on the target GPU where it did
+    (:func:`hybrid.engine.overheads.measured_dispatch_us`).
 
     ``kernel_times`` (default on; see :func:`hybrid.engine.simulate.simulate`): GPU ops cost the model's kernel
     time, its prediction less the framework dispatch it includes, since the graph's host stream already carries
@@ -449,8 +451,12 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
     if overheads is None:
         if iteration.target.device.kind == "cpu" or iteration.info.get("host") == "trace":
             overheads = Overheads.zero()
-        else:  # the traced host time was dropped: dispatch + launch per kernel from the engine's defaults
-            overheads = Overheads(optimizer_step_us=0.0, iteration_us=0.0)
+        else:  # the traced host time was dropped: dispatch + launch per kernel from the engine's defaults (one
+            # kernel's host time as the model measured it on the target GPU, where it did)
+            from hybrid.engine.overheads import dispatch_overheads, measured_dispatch_us
+
+            overheads = dispatch_overheads(Overheads(optimizer_step_us=0.0, iteration_us=0.0),
+                                           measured_dispatch_us(model, [iteration.target.device.key]))
     compiled = iteration.graph.compile()
     pred = simulate(compiled, model, overheads, kernel_times=kernel_times)
     meas = None
