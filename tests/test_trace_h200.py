@@ -72,6 +72,8 @@ def test_attention_rows_price_gpt2_attention_closer_than_without():
         bd = p.breakdown().set_index("label")["predicted_us"]
         err[name] = float(bd["attention"]) / traced - 1
         assert ("attention" in p.unmeasured_families()) == (name == "without")
-    # committed figures: with -4.7%, without -30.5% (experiments/trace_gpu/h200_results.md)
-    assert abs(err["with"]) < 0.15, err
+    # committed figures (experiments/trace_gpu/h200_results.md): with -21.1%, without -51.0% since 2026-12-07, when
+    # the engine took the eager dispatch the profile's times carry (29 us per call on the H200) off every kernel;
+    # -4.7% / -30.5% before
+    assert abs(err["with"]) < 0.3, err
     assert abs(err["with"]) < abs(err["without"]), err
