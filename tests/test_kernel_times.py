@@ -142,6 +142,9 @@ def test_pointwise_kernel_time_takes_off_the_dispatch_the_trees_learned(tmp_path
 
     assert measured_dispatch_us(model, ["A100-SXM4-80GB"]) == pytest.approx(learned["A100-SXM4-80GB"])
     assert measured_dispatch_us(model, ["A100-SXM4-80GB", "V100-PCIE-32GB"]) is None  # one device only
+    cpu = str(load_bundle(ROOT / "datasets" / "cpu-amd-epyc-1c")[0]["device"].iloc[0])
+    assert catalog.devices[cpu].kind == "cpu"
+    assert measured_dispatch_us(model, [cpu]) is None  # not the unseen GPUs' "*": a CPU's times carry none
     r = simulate(g, model)
     last = KernelTimeModel(model, learned_dispatch=True).predict(small_rows)["time_us"].iloc[-1]
     assert r.iteration_us == pytest.approx(6 * learned["A100-SXM4-80GB"] + last, rel=1e-9)

@@ -220,8 +220,8 @@ class Overheads:
 
 
 def measured_dispatch_us(model: Any, devices: Sequence[str]) -> float | None:
-    """The host dispatch per op that ``model``'s kernel corrections measured for ``devices`` (one device; None for
-    several, none, or a model without one): the floor the pointwise trees learned inside an eager-timed GPU's
+    """The host dispatch per op that ``model``'s kernel corrections measured for ``devices`` (one GPU; None for
+    several devices, none, a CPU, or a model without one): the floor the pointwise trees learned inside an eager-timed GPU's
     per-op times (``DispatchXGB.learned_dispatch``; its ``"*"`` entry for a GPU never fitted), looked up through
     wrappers (``.model``). That floor is what one op costs the host of the profiled machine (dispatch + launch);
     the engine takes it off the GPU stream (:class:`~hybrid.engine.costs.KernelTimeModel`) and charges it there."""
@@ -232,6 +232,10 @@ def measured_dispatch_us(model: Any, devices: Sequence[str]) -> float | None:
     seen: set[int] = set()
     while model is not None and id(model) not in seen:
         seen.add(id(model))
+        catalog = getattr(model, "catalog", None)
+        known = getattr(catalog, "devices", None) or {}
+        if device in known and getattr(known[device], "kind", "gpu") != "gpu":
+            return None  # a CPU's op times carry no dispatch the fit learned (it is learned on GPU rows only)
         for c in getattr(model, "corrections", None) or ():
             learned = getattr(c, "learned_dispatch", None)
             if learned:
