@@ -1005,15 +1005,10 @@ def test_greedy_plan_counts_the_host_launches_of_a_host_bound_iteration():
     assert t_greedy <= t_lookup * (1 + 1e-6), (t_greedy, t_lookup)
 
 
-def test_estimate_counts_the_hosts_lead_and_each_fused_kernels_fixed_time():
-    """GPU-bound plans were estimated 10-17% below their simulated iteration: the GPU's first op waits for the
-    host's per-iteration work and first launch (100 + 15 us with the default overheads, on the critical path of
-    every such plan), and each fused lookup kernel pays its fixed time once while the per-table marginal costs
-    leave it out of every table. On 8 H100s (26 tables, batch 4096) lookup_greedy's plan was estimated 1548 us
-    against 1722 us simulated (-10.1%)."""
-    from hybrid.engine.overheads import Overheads
-    from hybrid.sharding.heuristics import lookup_greedy, size_lookup_greedy
-    from hybrid.sharding.search import _placeable_costs, evaluate_plan, plan_estimate
+def _dgx_h100_26_tables():
+    """8 H100s, 26 tables of three dims, batch 4096 (GPU-bound): the config, the roofline model and the search's
+    cost tables."""
+    from hybrid.sharding.search import _placeable_costs
     from hybrid.workloads.dlrm_graph import resolve_target
 
     c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 8, "batch_size_per_gpu": 4096, "num_tables": 26,
@@ -1022,6 +1017,20 @@ def test_estimate_counts_the_hosts_lead_and_each_fused_kernels_fixed_time():
     model = RooflineCostModel()
     target = resolve_target(c.system, model.catalog)
     costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    return c, model, costs
+
+
+def test_estimate_counts_the_hosts_lead_and_each_fused_kernels_fixed_time():
+    """GPU-bound plans were estimated 10-17% below their simulated iteration: the GPU's first op waits for the
+    host's per-iteration work and first launch (100 + 15 us with the default overheads, on the critical path of
+    every such plan), and each fused lookup kernel pays its fixed time once while the per-table marginal costs
+    leave it out of every table. On 8 H100s (26 tables, batch 4096) lookup_greedy's plan was estimated 1548 us
+    against 1722 us simulated (-10.1%)."""
+    from hybrid.engine.overheads import Overheads
+    from hybrid.sharding.heuristics import lookup_greedy, size_lookup_greedy
+    from hybrid.sharding.search import evaluate_plan, plan_estimate
+
+    c, model, costs = _dgx_h100_26_tables()
     lead = getattr(costs, "launch", None)
     assert lead is not None and lead.lead @ Overheads().vector() == pytest.approx(100.0 + 15.0)
     for plan in (lookup_greedy(c), size_lookup_greedy(c)):
@@ -1073,15 +1082,9 @@ def test_estimate_prices_the_copies_around_the_pooled_exchange():
     a rank on 8 H100s at batch 4096, which the estimate left out: lookup_greedy's and size_lookup_greedy's plans
     (26 tables) were estimated 2.6% and 3.4% below their simulation, now within 1.5%."""
     from hybrid.sharding.heuristics import lookup_greedy, size_lookup_greedy
-    from hybrid.sharding.search import _placeable_costs, evaluate_plan, plan_estimate
-    from hybrid.workloads.dlrm_graph import resolve_target
+    from hybrid.sharding.search import evaluate_plan, plan_estimate
 
-    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 8, "batch_size_per_gpu": 4096, "num_tables": 26,
-                              "interaction": "cat", "table_generator": {"seed": 34, "rows": [1000, 5e7],
-                                                                        "pooling": [1, 60], "dims": [32, 64, 128]}})
-    model = RooflineCostModel()
-    target = resolve_target(c.system, model.catalog)
-    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    c, model, costs = _dgx_h100_26_tables()
     for plan in (lookup_greedy(c), size_lookup_greedy(c)):
         est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
         assert est == pytest.approx(sim, rel=0.015), (est, sim)
