@@ -149,6 +149,16 @@ def test_pointwise_kernel_time_takes_off_the_dispatch_the_trees_learned(tmp_path
     last = KernelTimeModel(model, learned_dispatch=True).predict(small_rows)["time_us"].iloc[-1]
     assert r.iteration_us == pytest.approx(6 * learned["A100-SXM4-80GB"] + last, rel=1e-9)
     assert learned["A100-SXM4-80GB"] > DEFAULT_KERNEL_LAUNCH_US + 10.0
+    # and the sharding search's estimate prices the launches as that simulation does
+    from hybrid.sharding.search import estimate_costs
+    from hybrid.workloads.dlrm import DLRMConfig
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    target = resolve_target("A100-SXM4-80GB", catalog)
+    config = DLRMConfig.from_dict({"system": "A100-SXM4-80GB", "gpus": 2, "batch_size_per_gpu": 256, "num_tables": 4,
+                                   "table_generator": {"seed": 0, "rows": [1000, 10000], "pooling": [1, 4]}})
+    est = estimate_costs(config, model, target, target.device.mem_capacity).overheads
+    assert est.kernel_launch_us + est.framework_us == pytest.approx(learned["A100-SXM4-80GB"])
 
 
 @pytest.fixture(scope="module")

@@ -136,9 +136,9 @@ def host_bound_note(critical_path: dict[str, float]) -> str | None:
         return None
     return (f"the iteration is host-bound: {host / total:.0%} of its critical path ({host / 1e3:.3f} of "
             f"{total / 1e3:.3f} ms) is host work (kernel launches, framework dispatch, CPU ops), so a faster GPU "
-            "will not show in it; its host costs are the engine's default per-launch constants, which no --model "
-            "changes (a calibrated model prices the GPU ops only), and CUDA graphs (fewer launches) would change the "
-            "run")
+            "will not show in it; its host costs are the engine's default per-launch constants (a calibrated --model "
+            "sets one launch to the eager dispatch it measured on that GPU, else 15 us; fit them on measured runs with "
+            "`hybrid bench validate --save-overheads`), and CUDA graphs (fewer launches) would change the run")
 
 
 BREAKDOWN_HEADERS = ["rank", "compute_us", "comm_us", "exposed_comm_us", "idle_us", "host_us", "wait_us"]

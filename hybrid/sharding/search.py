@@ -35,7 +35,7 @@ import pandas as pd
 
 from hybrid.engine.costs import OpCostModel, default_cost_model, model_catalog, predict_times
 from hybrid.engine.graph import HOST, KINDS, OVERHEAD_CATEGORIES, CompiledGraph
-from hybrid.engine.overheads import Overheads
+from hybrid.engine.overheads import Overheads, dispatch_overheads, measured_dispatch_us
 from hybrid.engine.simulate import SimResult, simulate
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
@@ -298,7 +298,9 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     weights and state planned in host memory, each node's share of them held to
     :data:`~hybrid.sharding.memory.HOST_EMBEDDING_SHARE` of ``host_mem_per_node`` bytes (None or 0: not stated,
     unchecked), as the memory check holds them. ``overheads``: the host costs the plans' simulations use (default:
-    :class:`~hybrid.engine.overheads.Overheads`), which the estimate's host term prices the launches with."""
+    the engine's, :class:`~hybrid.engine.overheads.Overheads` with one launch at the dispatch ``model`` measured on
+    the target GPU where it did, as ``simulate`` takes them), which the estimate's host term prices the launches
+    with."""
     R, B, eb, dt = config.gpus, config.batch_size_per_gpu, config.dtype_bytes, config.dtype
     Bg = B * R
     options = _options(config)
@@ -452,10 +454,13 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     # Adagrad's backward share, coalesce and update each pay theirs)
     dp_floor = float(f_floor + times[2 * n + 2])
     sparse_floor = float(times[2 * n + 1]) * sparse_scale + upd_floor
+    # the engine's defaults, as simulate takes them for this model: one launch costs the dispatch the model measured
+    # on this GPU, where it did (hybrid.engine.overheads.measured_dispatch_us)
+    default_overheads = dispatch_overheads(Overheads(), measured_dispatch_us(model, [dev.key]))
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
                       config.dense_params() * eb, **host, catalog=catalog, dense_us=dense_us,
                       synchronous_host=dev.kind == "cpu", launch=launch, piece_key=keys.reshape(T, n_opt),
-                      overheads=overheads if overheads is not None else Overheads(), dtype_bytes=float(eb),
+                      overheads=overheads if overheads is not None else default_overheads, dtype_bytes=float(eb),
                       group_floor_us=(float(f_floor), sparse_floor, dp_floor))
 
 
