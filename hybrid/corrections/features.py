@@ -16,6 +16,7 @@ from hybrid.corrections.base import str_codes
 from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import (
     col,
+    dense_gradient_rows,
     dtype_bytes_vec,
     elementwise_defaults,
     expected_unique_rows,
@@ -410,9 +411,9 @@ def optimizer_state_words(table: pd.DataFrame) -> np.ndarray:
 
 
 def dense_gradient(table: pd.DataFrame) -> np.ndarray:
-    """1.0 where a backward embedding row materialises a dense table-sized gradient (variant ``dense_*``)."""
-    dense = _variant_map(table, lambda v: "dense" in v).astype(bool)
-    return (dense & is_backward(table)).astype(np.float64)
+    """1.0 where a backward embedding row materialises a dense table-sized gradient (variant ``dense_*``; the
+    roofline's own rule, :func:`hybrid.ops.families.dense_gradient_rows`)."""
+    return dense_gradient_rows(table).astype(np.float64)
 
 
 def table_pass_us(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:

@@ -352,8 +352,8 @@ DENSE_SGD_UPDATE_PASSES = 3.0
 
 
 def dense_gradient_rows(df: Frame) -> Vector:
-    """True for backward embedding rows whose gradient is dense, table-sized (``variant`` naming ``dense``, as
-    :func:`hybrid.corrections.features.dense_gradient` reads it)."""
+    """True for backward embedding rows whose gradient is dense, table-sized (``variant`` naming ``dense``, any
+    case); the embedding correction's ``dense_gradient`` feature reads the same rule."""
     if "variant" not in df.columns:
         return np.zeros(len(df), dtype=bool)
     dense = factor_map(df["variant"], lambda v: "dense" in v.lower(), "").astype(bool)

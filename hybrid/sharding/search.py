@@ -653,12 +653,12 @@ class _Search:
                 state.a2a[list(ranks)] += sign
         state.n += sign * np.array([kind != 3, kind == 2, kind == 1, kind == 3])
 
-    def _launch_terms(self, t: np.ndarray | int, js: np.ndarray, masks: np.ndarray, dp: np.ndarray,
+    def _launch_terms(self, t: np.ndarray | int, js: np.ndarray, masks: np.ndarray,
                       moved: tuple[np.ndarray, np.ndarray] | None = None
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The launch terms (:func:`_estimate`) of n candidates, each placing table ``t`` (one, or one per
-        candidate) under option ``js`` [n] on holders ``masks`` [n, R] (``dp``: the plans' data-parallel
-        gradient bytes): a table not in the plan yet, or (``moved``: its current option [n] and holders [n, R])
+        candidate) under option ``js`` [n] on holders ``masks`` [n, R] (their data-parallel bytes per fused group
+        follow from the launch state): a table not in the plan yet, or (``moved``: its current option [n] and holders [n, R])
         one moved from where it is; None without a host term."""
         lm = self._lm
         if lm is None:
@@ -693,16 +693,16 @@ class _Search:
         kernels, colls = _launch_counts(lm, groups, a2a, *counts.T[:3], n_dpg, counts[:, 3], dpb)
         return lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
 
-    def _moves_terms(self, A: list[np.ndarray], Bv: list[np.ndarray], M: list[np.ndarray], DP: list[np.ndarray],
+    def _moves_terms(self, A: list[np.ndarray], Bv: list[np.ndarray], M: list[np.ndarray],
                      old: list[tuple[int, tuple[int, ...]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The launch terms of the local search's moves (per moved table: its candidates' tables ``A``, options
-        ``Bv``, holders ``M`` and data-parallel bytes ``DP``, and where it is now, ``old``), in one call."""
+        ``Bv`` and holders ``M``, and where it is now, ``old``), in one call."""
         sizes = [len(a) for a in A[:len(old)]]
         j0 = np.repeat([j for j, _ in old], sizes)
         H0 = np.repeat(np.array([_holders_mask(self.R, r) for _, r in old]), sizes, axis=0)
         n = len(old)
         return self._launch_terms(np.concatenate(A[:n]), np.concatenate(Bv[:n]), np.concatenate(M[:n]),
-                                  np.concatenate(DP[:n]), moved=(j0, H0))
+                                  moved=(j0, H0))
 
     def _swap_terms(self, P: np.ndarray, Q: np.ndarray, b: int,
                     rq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -823,7 +823,7 @@ class _Search:
             v = self.state.v[None] + _delta(coef, masks)
             dp = self.state.dp + coef[:, _DP]
             objs, gpu = _estimate(self.costs, v, self.state.rw + coef[:, _RW], dp, extra=np.maximum(remaining, 0.0),
-                                  launch=self._launch_terms(t, js, masks, dp))
+                                  launch=self._launch_terms(t, js, masks))
             best = _lexmin(objs, gpu)
             if not np.isfinite(objs[best]):
                 if self.costs.budget <= 0:
@@ -890,7 +890,7 @@ class _Search:
                 nv = (v[None] - _delta(coef_tw[P], Hb) + _delta(coef_tw[P], Hr)
                       - _delta(coef_tw[Q], Hr) + _delta(coef_tw[Q], Hb))
                 if self._lm is not None and V:  # the moves' launch terms, all at once
-                    TERMS.append(self._moves_terms(A, Bv, M, DP, OLD))
+                    TERMS.append(self._moves_terms(A, Bv, M, OLD))
                 V.append(nv)
                 RW.append(np.full(len(P), self.state.rw))
                 DP.append(np.full(len(P), self.state.dp))
@@ -903,7 +903,7 @@ class _Search:
             if not V:
                 break
             if self._lm is not None and not TERMS:  # (moves only)
-                TERMS.append(self._moves_terms(A, Bv, M, DP, OLD))
+                TERMS.append(self._moves_terms(A, Bv, M, OLD))
             terms = (tuple(np.concatenate([x[k] for x in TERMS]) for k in range(3)) if TERMS else None)
             objs, gpu = _estimate(self.costs, np.concatenate(V), np.concatenate(RW), np.concatenate(DP), launch=terms)
             i = _lexmin(objs, gpu)

@@ -742,21 +742,18 @@ def build_dlrm_graph(
     def dp_tables_backward() -> None:
         """Dense gradients of the data-parallel tables (autograd reaches them before the bottom MLP) and their
         all-reduce (one DDP bucket per ``bucket_bytes``)."""
-        for r in all_ranks:
-            for grp in groups[r]:
-                if not grp["sharded"]:
-                    if cast_outputs:
-                        g.kernel(r, f"embedding dp grad cast ({dt} -> {lo_dt})",
-                                 cast(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"], "bwd"),
-                                 deps=[inter_bwd[r]])
-                    # the profiled dense_sgd row is backward + SGD update; the update of a replicated table runs
-                    # in the optimizer phase (the dense step below, after its all-reduce): only the backward's
-                    # share (zero-filled table-sized gradient + scatter-add of the lookups) here
-                    row = emb(grp, "bwd", "dense_sgd")
-                    update = float(dense_sgd_update_share(pd.DataFrame([row]))[0])
-                    dp_bwd[r] = g.kernel(
-                        r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
-                        row, deps=[inter_bwd[r]], scale=1.0 - update)
+        dp = [(r, grp, emb(grp, "bwd", "dense_sgd")) for r in all_ranks for grp in groups[r] if not grp["sharded"]]
+        # the profiled dense_sgd row is backward + SGD update; the update of a replicated table runs in the optimizer
+        # phase (the dense step below, after its all-reduce): only the backward's share (zero-filled table-sized
+        # gradient + scatter-add of the lookups) here (the shares of every rank's groups in one call)
+        updates = dense_sgd_update_share(pd.DataFrame([row for _, _, row in dp])) if dp else np.zeros(0)
+        for (r, grp, row), update in zip(dp, updates, strict=True):
+            if cast_outputs:
+                g.kernel(r, f"embedding dp grad cast ({dt} -> {lo_dt})",
+                         cast(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"], "bwd"),
+                         deps=[inter_bwd[r]])
+            dp_bwd[r] = g.kernel(r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
+                                 row, deps=[inter_bwd[r]], scale=1.0 - float(update))
         if hybrid_embedding is not None and R > 1 and dp_bwd:
             # HugeCTR reduces the frequent embeddings' gradients in its grouped weight-gradient buffer, in the
             # same all-reduce as the dense layers
