@@ -444,9 +444,18 @@ class XGBCorrection(Correction):
         """Analytical time the learned log-ratio is relative to (the roofline here)."""
         return baseline["time_us"].to_numpy(dtype=np.float64)
 
+    def label_lift_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row, what the fit adds to its measured time to make it the time the trees learn (us): none here
+        (:meth:`DispatchXGB.label_lift_us`: the learned dispatch, on kernel-timed rows of eager-timed GPUs)."""
+        return np.zeros(len(table))
+
     def _target(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         ref = self.reference_us(table, baseline, catalog)
-        return measured_log_ratio(table, baseline) + np.log(baseline["time_us"].to_numpy(dtype=np.float64)) - np.log(ref)
+        y = measured_log_ratio(table, baseline) + np.log(baseline["time_us"].to_numpy(dtype=np.float64)) - np.log(ref)
+        lift = self.label_lift_us(table, baseline, catalog)
+        if lift.any():  # measured_log_ratio has checked every time is positive and finite
+            y = y + np.log1p(lift / pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64))
+        return y
 
     def _unseen(self, table: pd.DataFrame) -> np.ndarray:
         """Rows whose device the main booster was not trained on (predicted by the transfer booster)."""
@@ -653,7 +662,10 @@ class XGBCorrection(Correction):
         if multi and len(table):
             roof = baseline["time_us"].to_numpy(dtype=np.float64)
             host = self.host_part_us(table, baseline, catalog)
-            measured = pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+            # the times as the trees learned them (kernel-timed rows of eager GPUs lifted by their dispatch), so
+            # that measured less the host part is each row's kernel time whatever its timing
+            measured = (pd.to_numeric(table["time_us"], errors="coerce").to_numpy(dtype=np.float64)
+                        + self.label_lift_us(table, baseline, catalog))
             usable = _gpu_rows(table, catalog) & (roof >= host) & np.isfinite(measured) & (roof > 0)
             codes, keys = envelope_keys(table, baseline)
             code_of = {k: c for c, k in enumerate(keys)}
@@ -1028,6 +1040,31 @@ class DispatchXGB(XGBCorrection):
             unseen = self.learned_dispatch.get("*", 0.0)
             per = factor_map(sub["device"], lambda d: self.learned_dispatch.get(d, unseen), "")
             out[mask] = np.where(_gpu_rows(sub, catalog), per.astype(np.float64), 0.0)
+        return out
+
+    def label_lift_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row, before :attr:`dispatch_from_version`, the learned dispatch (:meth:`learned_host_us`) of a
+        kernel-timed GPU row (:func:`~hybrid.corrections.features.kernel_timing`: CUPTI rows of ``hybrid trace
+        kernels`` or a profile's ``kernel_times.csv``), added to its measured time before the trees learn it; 0 on
+        framework-timed rows, CPUs and GPUs whose learned dispatch is 0.
+
+        The pointwise trees have no feature that says how a row was timed, and a prediction loses the learned
+        dispatch of its GPU (:class:`hybrid.engine.costs.KernelTimeModel`) whatever the row. A kernel row joined to
+        an eager GPU's profile holds no dispatch: learned as measured, it taught the trees kernel times at its
+        shapes, from which the dispatch was then taken off a second time (the H100 profile + its 8 traced steps'
+        313 pointwise kernel rows: those ops' kernel time on the H100 summed to 0.93x their CUPTI time, weighted by
+        runs, ops of 20 us or more 20% geomean off; the H200's traced ops 0.81x). Lifted by the dispatch that the
+        GPU's eager rows carry, it teaches the same eager-consistent time as they do, and the prediction less that
+        dispatch is its kernel again (1.00x, 11%; H200 0.88x). Eager rows, and fits without kernel rows on an
+        eager GPU, learn exactly what they did. Kernel rows of tiny ops come out higher than before (the one
+        dispatch per GPU is the median floor of the eager tiny ops, and the trees' floor for the op varies
+        around it); before, the double subtraction put them at their roofline."""
+        out = np.zeros(len(table))
+        if self.uses_dispatch or not self.learned_dispatch or not len(table):
+            return out
+        kernel = kernel_timing(table) > 0
+        if kernel.any():
+            out[kernel] = self.learned_host_us(table, baseline, catalog)[kernel]
         return out
 
     def fit_learned_dispatch(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> dict[str, float]:
