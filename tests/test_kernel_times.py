@@ -205,6 +205,40 @@ def test_kernel_rows_joined_to_an_eager_profile_keep_their_kernel_time():
     assert np.exp(np.mean(np.abs(np.log(kt[big] / truth[big])))) - 1 < 0.15
 
 
+def test_kernel_rows_do_not_outvote_a_gpu_that_measured_its_dispatch():
+    """Real data: the H100 profile's 168 eager softmax rows (75 tiny: their eager time is the ~20 us dispatch floor)
+    joined by the 313 pointwise kernel rows of the H100's traces, as a profile's ``kernel_times.csv`` (the same
+    configurations again) or a few traced steps may outnumber an eager family. Before, the GPU counted as
+    kernel-timed (most rows kernel-only) and no dispatch was learned at all: the trees kept the eager floor at the
+    softmax shapes and the engine's kernel time kept it too (the tiny softmax ops 26 us median, now 4.9; roofline 4.2).
+    A GPU that measured its own floor is eager whatever joins it; its kernel rows are lifted by that floor, so
+    the floor comes off the eager rows' kernel time and the kernel rows keep theirs."""
+    from hybrid.corrections import PointwiseXGB
+    from hybrid.workloads.trace_kernels import step_kernel_rows
+
+    table, cat = load_bundle(ROOT / "datasets" / "H100-SXM")
+    kernels = step_kernel_rows([ROOT / "datasets" / "traces-h100"], cat)
+    families = ("elementwise", "norm", "softmax", "attention")
+    soft = table[(table["op"] == "softmax").to_numpy()].reset_index(drop=True)
+    kernels = kernels[roofline(kernels, cat)["family"].isin(families).to_numpy()].reset_index(drop=True)
+    assert len(kernels) > len(soft) > 150
+    corr = PointwiseXGB(XGBParams(n_estimators=150, max_depth=6))
+    model = HybridPredictor(cat, corrections=[corr]).fit(pd.concat([soft, kernels], ignore_index=True, sort=False))
+    dispatch = corr.learned_dispatch.get("H100-SXM", 0.0)
+    assert 15.0 < dispatch < 25.0
+    assert corr.learned_dispatch["*"] == dispatch  # every row learned with it: the eager ones and the lifted ones
+    roof = roofline(soft, cat)["time_us"].to_numpy()
+    tiny = roof < 5.0
+    assert tiny.sum() >= 50
+    kt = KernelTimeModel(model, learned_dispatch=True).predict(soft.drop(columns="time_us"))["time_us"].to_numpy()
+    eager = soft["time_us"].to_numpy(dtype=np.float64)
+    assert np.median(eager[tiny] - kt[tiny]) > 15.0  # the floor is off the tiny eager ops' kernel time
+    query = kernels.drop(columns=["time_us", "framework"])
+    kk = KernelTimeModel(model, learned_dispatch=True).predict(query)["time_us"].to_numpy()
+    truth, runs = kernels["time_us"].to_numpy(dtype=np.float64), kernels["repeats"].to_numpy(dtype=np.float64)
+    assert (kk * runs).sum() / (truth * runs).sum() == pytest.approx(1.0, abs=0.05)
+
+
 @pytest.fixture(scope="module")
 def h100_gemm_predictor():
     table, cat = load_bundle(ROOT / "datasets" / "H100-SXM")

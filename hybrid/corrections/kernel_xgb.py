@@ -1069,24 +1069,34 @@ class DispatchXGB(XGBCorrection):
 
     def fit_learned_dispatch(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> dict[str, float]:
         """Per fitted GPU, the host dispatch its times carry (:attr:`learned_dispatch`): on a GPU most of whose
-        rows were framework-timed (eager PyTorch: dispatch, launch and kernel, one op at a time), the median
-        measured - roofline of its tiny ops (roofline under :data:`DISPATCH_TINY_US`, at least
-        :data:`DISPATCH_MIN_ROWS` of them), else the median of those medians; 0 on kernel-timed GPUs. ``"*"``,
-        for GPUs the fit never saw: that median when most of the fit's GPU rows were framework-timed. Empty
+        rows were framework-timed (eager PyTorch: dispatch, launch and kernel, one op at a time), or that has
+        enough tiny framework-timed ops to measure it whatever else joins it, the median measured - roofline of
+        its tiny framework-timed ops (roofline under :data:`DISPATCH_TINY_US`, at least :data:`DISPATCH_MIN_ROWS`
+        of them), else the median of those medians; 0 on kernel-timed GPUs. Kernel-timed rows teach no floor:
+        they are learned lifted by their GPU's (:meth:`label_lift_us`). ``"*"``, for GPUs the fit never saw: that
+        median when most of the fit's GPU rows were learned with a dispatch (framework-timed, or lifted). Empty
         when no GPU has enough tiny framework-timed ops to say what the dispatch is."""
         gpu = _gpu_rows(table, catalog)
         if not gpu.any():
             return {}
         frame = _dispatch_gaps(table, baseline)[gpu]
         share = frame.groupby("d")["fw"].mean()
-        eager = share.index[share >= 0.5]
-        tiny = frame[frame["fw"] & frame["tiny"] & frame["d"].isin(eager)].groupby("d")["g"]
-        per = tiny.median()[tiny.size() >= DISPATCH_MIN_ROWS].dropna().clip(lower=0.0)
+        tiny = frame[frame["fw"] & frame["tiny"]].groupby("d")["g"]
+        measured = tiny.median()[tiny.size() >= DISPATCH_MIN_ROWS].dropna()
+        # a GPU that measured its own floor (enough tiny framework-timed ops) is eager however many kernel-timed
+        # rows join it: those are learned lifted by that floor (label_lift_us), so they no longer outvote it (a
+        # profile's kernel_times.csv holds the same configurations again; the H100 profile's 168 softmax rows
+        # with the 313 pointwise kernel rows of its traces had no dispatch, and the trees kept its ~20 us floor)
+        eager = share.index[(share >= 0.5) | share.index.isin(measured.index)]
+        per = measured[measured.index.isin(eager)].clip(lower=0.0)
         if not len(per):
             return {}
         typical = float(np.median(per.to_numpy()))
         out = {str(d): (float(per.get(d, typical)) if d in eager else 0.0) for d in share.index}
-        if frame["fw"].mean() >= 0.5:
+        # "*" (GPUs never fitted) when most GPU rows were learned with a dispatch: framework-timed, or kernel-timed
+        # rows lifted by their GPU's
+        carried = frame["fw"].to_numpy() | (frame["d"].map(out).fillna(0.0).to_numpy(dtype=np.float64) > 0)
+        if carried.mean() >= 0.5:
             out["*"] = typical
         return out
 
