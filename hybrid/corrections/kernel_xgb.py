@@ -1056,9 +1056,8 @@ class DispatchXGB(XGBCorrection):
         runs, ops of 20 us or more 20% geomean off; the H200's traced ops 0.81x). Lifted by the dispatch that the
         GPU's eager rows carry, it teaches the same eager-consistent time as they do, and the prediction less that
         dispatch is its kernel again (1.00x, 11%; H200 0.88x). Eager rows, and fits without kernel rows on an
-        eager GPU, learn exactly what they did. Kernel rows of tiny ops come out higher than before (the one
-        dispatch per GPU is the median floor of the eager tiny ops, and the trees' floor for the op varies
-        around it); before, the double subtraction put them at their roofline."""
+        eager GPU, learn exactly what they did. The tiniest kernels come out higher than before: at the kernel
+        time's floor, their roofline, whose fixed kernel latency (4 us) is over their CUPTI time (~2 us)."""
         out = np.zeros(len(table))
         if self.uses_dispatch or not self.learned_dispatch or not len(table):
             return out
