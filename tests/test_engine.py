@@ -252,6 +252,44 @@ def test_overheads_fit_recovers_launch_cost(catalog):
     assert fitted.iteration_us == pytest.approx(50.0, rel=0.2)
 
 
+def _host_op_graph(ops_per_kernel: float, kernels: int = 20, kernel_us: float = 4.0) -> TaskGraph:
+    """A traced-step-like graph: each kernel's launch node stands for ``ops_per_kernel`` host ops and one launch."""
+    g = TaskGraph(1)
+    for i in range(kernels):
+        h = g.add(0, "host", f"launch {i}", kind="cpu", host_ops=ops_per_kernel, launches=1)
+        g.add(0, "compute", f"k{i}", duration_us=kernel_us, deps=[h])
+    return g
+
+
+def test_host_ops_and_launches_of_a_node_are_priced_by_the_overheads():
+    o = Overheads(kernel_launch_us=5.0, framework_us=10.0, host_op_us=3.0)
+    r = simulate(_host_op_graph(4.0, kernels=10), overheads=o)
+    # host-bound: 10 x (4 ops x 3 us + 1 launch x 5 us) = 170 us, then the last kernel (4 us); the launch category
+    # (framework_us) is not charged: the node carries counts, not the kernel_launch overhead
+    assert r.iteration_us == pytest.approx(174.0)
+    assert simulate(_host_op_graph(0.5, kernels=10), overheads=o).iteration_us == pytest.approx(10 * 6.5 + 4.0)
+    assert simulate(_host_op_graph(4.0, kernels=10), overheads=Overheads.zero()).iteration_us == pytest.approx(40.0)
+    with pytest.raises(InvalidInputError, match="host_ops"):
+        TaskGraph(1).add(0, "host", "x", kind="cpu", host_ops=-1.0)
+
+
+def test_overheads_fit_recovers_the_host_op_cost_of_traced_steps(catalog):
+    """Steps of 2-12 host ops per kernel measured with 7 us per op: the fit finds 7 us (its default is 5.7)."""
+    graphs = [_host_op_graph(k).compile() for k in (2.0, 4.0, 8.0, 12.0)]
+    truth = Overheads(optimizer_step_us=0.0, iteration_us=0.0, host_op_us=7.0)
+    measured = [simulate(g, overheads=truth).iteration_us for g in graphs]
+    model = RooflineCostModel(catalog)
+    fitted, report = Overheads.fit_report(graphs, measured, model, start=Overheads(optimizer_step_us=0.0,
+                                                                                  iteration_us=0.0),
+                                          fit=["host_op_us"])
+    assert fitted.host_op_us == pytest.approx(7.0, rel=0.02) and report["identified"]["host_op_us"]
+    # fitted by default only where a graph has host ops
+    _, default = Overheads.fit_report(graphs, measured, model)
+    assert "host_op_us" in default["params"]
+    _, plain = Overheads.fit_report(*_launch_bound_runs(model), model)
+    assert "host_op_us" not in plain["params"]
+
+
 def _two_rank_phased_graph() -> TaskGraph:
     """rank 0: a (p1, 10) then collective (p2, 5) then tail (p3, 7); rank 1: a (p1, 20) then the collective."""
     g = TaskGraph(2)

@@ -131,6 +131,39 @@ def test_gpu_launch_nodes_carry_traced_host_time(tmp_path):
         < 50 * 40
 
 
+def test_the_host_model_counts_each_recorded_op_once_where_it_runs(tmp_path):
+    """host="model": a unit's host node is charged its own recorded ops and launches, plus the ops recorded between
+    it and the unit before (an autograd node around it, a composite op whose children are the units); ops after
+    the last unit go to a trailing host node. 3 ops x 5.7 us + launches at 5 us, every count exactly once."""
+    add = {"Input Dims": [[256], [256], []], "Input type": ["float", "float", "Scalar"]}
+    ev = [_x("ProfilerStep#0", 0, 3000, cat="user_annotation"),
+          # an autograd node (not an op any family maps) holding a costed add and its kernel
+          _x("autograd::engine::evaluate_function: AddBackward0", 10, 200),
+          _x("aten::add", 20, 100, **{"External id": 1, "Record function id": 1, **add}),
+          _x("aten::empty", 30, 10, **{"External id": 2, "Input Dims": [[]], "Input type": [""]}),
+          _k("add_kernel", 200, 2, 7, 1),
+          _x("aten::view", 300, 20, **{"External id": 3, "Input Dims": [[256], [1]], "Input type": ["float", ""]}),
+          _x("aten::add", 400, 100, **{"External id": 4, "Record function id": 4, **add}),
+          _k("add_kernel", 600, 2, 7, 4),
+          _k("add_kernel", 610, 2, 7, 4),
+          _x("Optimizer.zero_grad#SGD.zero_grad", 900, 50, cat="user_annotation")]
+    tr = load_traces([_write(tmp_path / "t.json", ev, gpu="NVIDIA A100-SXM4-80GB")])
+    assert len(tr[0].ops) == 7  # the step annotation, the autograd node, 2 adds, empty, view, zero_grad
+    it = build_trace_graph(tr, "H100-SXM", host="model")
+    g = it.graph.compile()
+    charged = [(n, h, la) for n, h, la in zip(g.names, g.host_ops, g.launches, strict=False) if h or la]
+    # first add: itself + its aten::empty, and the step annotation + autograd node recorded before it; the view;
+    # the second add with its 2 kernels; zero_grad after the last unit
+    assert charged == [("launch aten::add", 4.0, 1.0), ("aten::view", 1.0, 0.0), ("launch aten::add", 1.0, 2.0),
+                       ("host gap", 1.0, 0.0)]
+    r = predict_trace(it, FixedCosts(elementwise=1.0))
+    # host-bound: (7 x 5.7 + 3 x 5) us of host, then the last kernel
+    assert r.predicted_us == pytest.approx(7 * 5.7 + 3 * 5.0 + 1.0, rel=0.02)
+    # the traced host kept instead (A100, the traced GPU): none of the counts
+    kept = build_trace_graph(tr, "A100-SXM4-80GB", host="trace").graph.compile()
+    assert kept.host_ops is None
+
+
 # ------------------------------------------------------------------------------- CPU: gloo's thread does the work
 def _gloo_rank(path: Path, rank: int, work_us: float = 3000.0) -> Path:
     """A DDP-like CPU step: backward GEMM, an all-reduce whose call only enqueues (gloo's thread works for

@@ -17,7 +17,8 @@ costed by
 The host: a trace recorded by ``torch.profiler`` with shapes and an execution-trace observer costs ~10-25 us of
 profiler time per recorded op (a traced ``aten::view`` takes 10-22 us), so its host time is 1.1-4x the untraced
 step (bf16: 114 ms traced vs 27 ms untraced for BERT). Predictions therefore drop the traced host time
-(``host="model"``: the engine's per-launch overheads stand for the untraced host); ``--host trace`` keeps it.
+(``host="model"``: the engine's host model, every recorded host op at ``Overheads.host_op_us`` and every launch at
+``kernel_launch_us``, stands for the untraced host; ``host_model.py`` fits the constant); ``--host trace`` keeps it.
 
 Compared with the *measured* step: the median of 10 untraced, CUDA-synchronised steps (``steps.json``).
 
@@ -338,7 +339,7 @@ def report(res: dict, args: argparse.Namespace) -> str:
            f"Traces and step times: `datasets/{res['traces']}` ({res['traced_on']}, torch {res['torch']}), the "
            "project's own measurements; *measured* = median of 10 untraced CUDA-synchronised steps. Predicted on "
            f"`{res['device']}` with the traced host time "
-           + ("dropped (engine launch overheads, `host=model`)." if res["host"] == "model" else "kept (`host=trace`)."),
+           + ("dropped (the engine's host model, `host=model`: every recorded host op 5.7 us, every kernel launch 5 us)." if res["host"] == "model" else "kept (`host=trace`)."),
            "", "Predictors: **roofline** (catalog); **public** = HybridPredictor fitted on public data only "
            f"({res['public_calibration']}); **bundle** = HybridPredictor fitted on `datasets/{res['bundle']}` "
            "(the project's own profile of this GPU: in-distribution for the kernels; the traces and step times are "

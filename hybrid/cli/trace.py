@@ -168,10 +168,10 @@ def _fallback_brief(fallback: dict[str, Any]) -> str:
               help="Whether the target is the traced hardware (default: decided from the traces).")
 @click.option("--host", "host", type=click.Choice(["auto", "trace", "model"]), default="auto", show_default=True,
               help="Host time: the trace's (trace: less what recording cost, where the trace measured it when it was "
-                   "recorded), the engine's launch overheads (model), or auto (trace for a CPU trace on its own CPU "
-                   "or, in a --dp/--tp/--pp job, on a CPU, and for a GPU trace that measured its recording cost, "
-                   "else model). A GPU trace's host is "
-                   "inflated by the profiler, ~10-25 us per recorded op.")
+                   "recorded), the engine's host model (model: 5.7 us per recorded host op, 5 per kernel launch), "
+                   "or auto (trace for a CPU trace on its own CPU or, in a --dp/--tp/--pp job, on a CPU, and for a "
+                   "GPU trace that measured its recording cost, else model). A GPU trace's host is inflated by the "
+                   "profiler, ~10-25 us per recorded op.")
 @click.option("--kernel-times/--as-fitted", "kernel_times", default=True, show_default=True,
               help="Cost GPU kernels with the model's kernel time (its fitted per-op framework dispatch taken off: "
                    "the graph's host stream carries it), or as the model predicts them (dispatch counted twice).")

@@ -9,7 +9,8 @@ flat numpy arrays that :func:`hybrid.engine.simulate.simulate` evaluates. Semant
   ``cudaStreamWaitEvent``), possibly across ranks;
 * a node's duration is ``fixed_us`` + the predicted time of its ``op`` (a row of the canonical measurement
   table, costed in one batch for the whole graph) + the calibrated overhead of its ``overhead`` category
-  (see :class:`hybrid.engine.overheads.Overheads`);
+  (see :class:`hybrid.engine.overheads.Overheads`) + its counts of host ops and kernel launches (``host_ops``,
+  ``launches``: a traced step's host work, op by op) times the overheads' ``host_op_us`` and ``kernel_launch_us``;
 * a *collective* is one node per participating rank; all of them start together once every participant
   has reached it (its own stream order and dependencies are satisfied) and last as long as the slowest
   member's estimate.
@@ -86,6 +87,10 @@ class CompiledGraph:
     scale: np.ndarray | None = None  # float64 multiplier of a node's op time (interference nodes: 1 - overlap)
     interference: np.ndarray | None = None  # bool: compute-stream share of a collective (comm_overlap < 1)
     synchronous_host: bool = False  # built with TaskGraph.synchronous_host (the host waits for every kernel)
+    #: per node: host ops (ATen ops, autograd nodes) and kernel launches it stands for, priced by the overheads'
+    #: ``host_op_us`` / ``kernel_launch_us`` (None: no node carries any)
+    host_ops: np.ndarray | None = None
+    launches: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -116,6 +121,7 @@ class TaskGraph:
     _phase_ids: dict[str, int] = field(default_factory=dict)
     _scale: list[float] = field(default_factory=list)
     _interference: set[int] = field(default_factory=set)
+    _host_counts: dict[int, tuple[float, float]] = field(default_factory=dict)
     #: phase given to the nodes added from now on ("" = none); builders set it as they go
     phase: str = ""
     #: the host waits for every kernel it launches before launching the next (eager execution on a CPU device:
@@ -167,13 +173,19 @@ class TaskGraph:
         overhead: str = "none",
         args: dict[str, Any] | None = None,
         phase: str | None = None,
+        host_ops: float = 0.0,
+        launches: float = 0.0,
         _group: int = -1,
         _scale: float = 1.0,
     ) -> int:
         """Append a node on ``(rank, stream)`` after that stream's previous node; returns its id.
 
-        ``phase`` defaults to the builder's current :attr:`phase`."""
+        ``phase`` defaults to the builder's current :attr:`phase`. ``host_ops`` / ``launches``: the host ops
+        (ATen ops, autograd nodes) and kernel launches the node stands for, each priced by the overheads
+        (:attr:`~hybrid.engine.overheads.Overheads.host_op_us`, ``kernel_launch_us``) on top of its duration."""
         _check_duration(f"node {name!r}", duration_us)
+        for what, count in (("host_ops", host_ops), ("launches", launches)):
+            _check_duration(f"node {name!r} {what}", count)
         # every check before the first append: a refused node left the graph's per-node lists of unequal
         # lengths (an unknown kind was a bare "tuple.index(x): x not in tuple" after name, rank and stream were in)
         if kind not in KINDS:
@@ -207,6 +219,8 @@ class TaskGraph:
             pid = -1
         self._phase.append(pid)
         self._scale.append(float(_scale))
+        if host_ops or launches:
+            self._host_counts[nid] = (float(host_ops), float(launches))
         prev = self._last_on_stream[sid]
         if prev >= 0:
             self._src.append(prev)
@@ -370,6 +384,12 @@ class TaskGraph:
         scale = np.concatenate([np.asarray(self._scale, dtype=np.float64), np.ones(n_groups)])
         phase_names = tuple(k for k, _ in sorted(self._phase_ids.items(), key=lambda kv: kv[1]))
         interference = np.concatenate([interference, np.zeros(n_groups, dtype=bool)])
+        host_ops = launches = None
+        if self._host_counts:
+            host_ops, launches = np.zeros(n + n_groups), np.zeros(n + n_groups)
+            at = np.fromiter(self._host_counts, dtype=np.int64, count=len(self._host_counts))
+            counts = np.array(list(self._host_counts.values()), dtype=np.float64)
+            host_ops[at], launches[at] = counts[:, 0], counts[:, 1]
         return CompiledGraph(names, rank, stream, stream_names, kind, fixed, op_index, overhead, group, src, dst,
                              own, ops, args, int(self.n_ranks), n, phase, phase_names, scale, interference,
-                             bool(self.synchronous_host))
+                             bool(self.synchronous_host), host_ops, launches)

@@ -29,6 +29,13 @@ DEFAULT_FRAMEWORK_US = 10.0
 DEFAULT_COLLECTIVE_LAUNCH_US = 15.0
 DEFAULT_OPTIMIZER_STEP_US = 80.0
 DEFAULT_ITERATION_US = 100.0
+#: Untraced host time of one ATen op or autograd node of an eager GPU step besides its kernel launches (Python
+#: binding, dispatcher, autograd bookkeeping, allocator), per op a profiler records: what a traced step's host
+#: costs op by op where the traced host time itself, inflated by recording, is dropped (``host="model"`` of
+#: :func:`hybrid.workloads.trace_graph.build_trace_graph`). Fitted by ``experiments/trace_gpu/host_model.py`` on the
+#: project's 11 untraced H100 / H200 training steps (traced kernels at their measured times, launches at
+#: ``kernel_launch_us``): see its results.md for the fit, its standard error and leave-one-step-out errors.
+DEFAULT_HOST_OP_US = 5.7
 #: Log error beyond which :meth:`Overheads.fit_report`'s robust loss grows linearly (0.1 ~ 10%).
 ROBUST_SCALE = 0.1
 
@@ -42,6 +49,7 @@ class Overheads:
     collective_launch_us: float = DEFAULT_COLLECTIVE_LAUNCH_US  # host side of one NCCL/gloo call
     optimizer_step_us: float = DEFAULT_OPTIMIZER_STEP_US  # host side of optimizer.step()
     iteration_us: float = DEFAULT_ITERATION_US  # per-iteration host work (data loader, zero_grad)
+    host_op_us: float = DEFAULT_HOST_OP_US  # one traced host op (ATen op, autograd node) besides its launches
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -55,6 +63,14 @@ class Overheads:
         """Duration per overhead category, aligned with :data:`OVERHEAD_CATEGORIES`."""
         return np.array([0.0, self.kernel_launch_us + self.framework_us, self.collective_launch_us,
                          self.optimizer_step_us, self.iteration_us])
+
+    def node_us(self, graph: CompiledGraph) -> np.ndarray:
+        """Host overhead (us) of every node of ``graph``: its category's value plus its host ops and kernel
+        launches (:attr:`CompiledGraph.host_ops`, ``launches``) at ``host_op_us`` / ``kernel_launch_us``."""
+        out = self.vector()[graph.overhead]
+        if graph.host_ops is not None:
+            out = out + graph.host_ops * self.host_op_us + graph.launches * self.kernel_launch_us
+        return out
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -79,14 +95,16 @@ class Overheads:
 
     @classmethod
     def zero(cls) -> Overheads:
-        return cls(0.0, 0.0, 0.0, 0.0, 0.0)
+        return cls(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
     #: Fitted constants (the framework share of a launch follows ``kernel_launch_us``, see :meth:`fit`).
-    FIT_PARAMS = ("launch_us", "collective_launch_us", "optimizer_step_us", "iteration_us")
+    #: ``host_op_us`` is fitted by default only where a graph has host ops (a traced step's, ``host="model"``).
+    FIT_PARAMS = ("launch_us", "collective_launch_us", "optimizer_step_us", "iteration_us", "host_op_us")
     #: Physical upper bounds (us) of the fitted constants: one kernel launch + dispatch, the host side of one
     #: collective call and of one optimizer.step(); the per-iteration constant is bounded separately by the
-    #: shortest measured iteration (host work cannot exceed the whole iteration).
+    #: shortest measured iteration (host work cannot exceed the whole iteration); one host op.
     FIT_UPPER_US = (1_000.0, 10_000.0, 100_000.0)
+    HOST_OP_UPPER_US = 1_000.0
     #: Weight of the prior (the start values) per constant: a 100% move from the start costs as much as a 10%
     #: error on one measured iteration. Keeps constants the data cannot identify at their start values.
     PRIOR_WEIGHT = 0.1
@@ -140,7 +158,8 @@ class Overheads:
         y = np.asarray(measured_us, dtype=np.float64)
         if not np.all(np.isfinite(y) & (y > 0)):
             raise InvalidInputError("measured iteration times must be positive numbers")
-        names = tuple(fit) if fit is not None else cls.FIT_PARAMS
+        has_ops = any(g.host_ops is not None and bool(np.any(g.host_ops)) for g in graphs)
+        names = tuple(fit) if fit is not None else tuple(p for p in cls.FIT_PARAMS if p != "host_op_us" or has_ops)
         unknown = sorted(set(names) - set(cls.FIT_PARAMS))
         if unknown or not names:
             raise InvalidInputError(f"unknown overhead(s) to fit {unknown}; known: {', '.join(cls.FIT_PARAMS)}")
@@ -149,21 +168,21 @@ class Overheads:
         kernel_parts = [node_durations(g, model, zero) for g in graphs]
         share = base.framework_us / max(base.kernel_launch_us + base.framework_us, 1e-9)
         full0 = np.array([base.kernel_launch_us + base.framework_us, base.collective_launch_us,
-                          base.optimizer_step_us, base.iteration_us])
-        upper = np.array([*cls.FIT_UPPER_US, 0.5 * float(y.min())])
+                          base.optimizer_step_us, base.iteration_us, base.host_op_us])
+        upper = np.array([*cls.FIT_UPPER_US, 0.5 * float(y.min()), cls.HOST_OP_UPPER_US])
         idx = np.array([cls.FIT_PARAMS.index(n) for n in names])
         theta0 = np.clip(full0[idx], 0.0, upper[idx])
-        scale = np.maximum(theta0, np.array([1.0, 5.0, 10.0, 10.0])[idx])  # prior widths (us)
+        scale = np.maximum(theta0, np.array([1.0, 5.0, 10.0, 10.0, 1.0])[idx])  # prior widths (us)
 
         def make(theta: np.ndarray) -> Overheads:
             full = full0.copy()
             full[idx] = theta
-            launch, coll, opt, it = full
-            return cls(launch * (1 - share), launch * share, coll, opt, it)
+            launch, coll, opt, it, host_op = full
+            return cls(launch * (1 - share), launch * share, coll, opt, it, host_op)
 
         def sims(theta: np.ndarray) -> np.ndarray:
-            o = make(theta).vector()
-            return np.array([simulate_durations(g, d + o[g.overhead]).iteration_us
+            o = make(theta)
+            return np.array([simulate_durations(g, d + o.node_us(g)).iteration_us
                              for g, d in zip(graphs, kernel_parts, strict=True)])
 
         def residual(theta: np.ndarray) -> np.ndarray:

@@ -53,7 +53,7 @@ def node_durations(graph: CompiledGraph, model: OpCostModel | None, overheads: O
         if _methods is not None:
             _methods.append(method)
     if overheads is not None:
-        dur += overheads.vector()[graph.overhead]
+        dur += overheads.node_us(graph)
     grouped = (graph.group >= 0) & (graph.kind != SYNC)
     if grouped.any():
         gmax = np.zeros(int(graph.group.max()) + 1)

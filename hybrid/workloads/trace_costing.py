@@ -10,7 +10,8 @@ Retargeting decisions (used by :func:`hybrid.workloads.trace_graph.build_trace_g
   (:mod:`hybrid.data.traces.overhead`: per recorded event, input and launch, measured when the trace was
   recorded; taken off each op's own events, and off the gaps for the events of the ops they are made of), and
   deflated by ``host_scale`` (the CPU-time share of a step traced on a loaded machine); ``"model"`` drops it and
-  lets the engine's per-launch overheads stand for the target's host (a CPU or meta-device trace predicted for a
+  lets the engine's host model stand for the target's host, op by op (each recorded host op
+  ``Overheads.host_op_us``, each kernel launch ``kernel_launch_us``; a CPU or meta-device trace predicted for a
   GPU). ``"auto"``: ``"trace"`` for a CPU trace on its own CPU and for a GPU trace that says what recording cost
   (``hybrid trace record``), else ``"model"``: a GPU trace's host ran under the profiler, on the project's bf16
   H100 / H200 steps 3-4x its untraced time, and kept as is it predicted them 92% / 255% off against 15% / 20%
@@ -431,9 +432,11 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
     """Simulate ``iteration`` with ``model``'s op times (and, if the trace has times, with measured ones).
 
     ``overheads`` default: none on a CPU target or where the traced host time is kept (it already holds every
-    op's dispatch and launch); the engine's kernel-launch and collective-launch costs where it was dropped, one
-    kernel's host time being the dispatch ``model`` measured on the target GPU where it did
-    (:func:`hybrid.engine.overheads.measured_dispatch_us`).
+    op's dispatch and launch); where it was dropped (``host="model"``), the engine's host model: every traced host
+    op at :attr:`~hybrid.engine.overheads.Overheads.host_op_us`, every kernel launch at ``kernel_launch_us`` and
+    every collective call at ``collective_launch_us`` (their defaults; no optimizer or iteration constant: the
+    trace's ops are that work). Pass fitted :class:`~hybrid.engine.overheads.Overheads` (``Overheads.fit`` on
+    measured steps of the target's host) to price another host.
 
     ``kernel_times`` (default on; see :func:`hybrid.engine.simulate.simulate`): GPU ops cost the model's kernel
     time, its prediction less the framework dispatch it includes, since the graph's host stream already carries
@@ -441,7 +444,6 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
     timings counts the dispatch twice. CPU rows include no dispatch, so CPU targets are the same either way."""
     from hybrid.engine.overheads import Overheads
     from hybrid.engine.simulate import simulate, simulate_durations
-
 
     if model is None and iteration.catalog is not None:
         # the roofline of the catalog the graph was built with: the default catalog lacks a bundle's own device
@@ -451,12 +453,8 @@ def predict_trace(iteration: TraceIteration, model: Any, overheads: Any | None =
     if overheads is None:
         if iteration.target.device.kind == "cpu" or iteration.info.get("host") == "trace":
             overheads = Overheads.zero()
-        else:  # the traced host time was dropped: dispatch + launch per kernel from the engine's defaults (one
-            # kernel's host time as the model measured it on the target GPU, where it did)
-            from hybrid.engine.overheads import dispatch_overheads, measured_dispatch_us
-
-            overheads = dispatch_overheads(Overheads(optimizer_step_us=0.0, iteration_us=0.0),
-                                           measured_dispatch_us(model, [iteration.target.device.key]))
+        else:  # the traced host time was dropped: the engine's host model, op by op
+            overheads = Overheads(optimizer_step_us=0.0, iteration_us=0.0)
     compiled = iteration.graph.compile()
     pred = simulate(compiled, model, overheads, kernel_times=kernel_times)
     meas = None

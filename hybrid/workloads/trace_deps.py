@@ -9,10 +9,16 @@ numpy over the whole table at once:
   unit of the main thread: since the step began), i.e. the "CPU ops and launch gaps" of the trace;
 * **cross-thread dependencies**: a unit waits for the latest unit of each other thread of its rank that had
   ended before it started in the trace (sort + searchsorted per pair of threads; a dependency that the
-  previous unit of the same thread already had is not repeated);
+  previous unit of the same thread already had is not repeated); in an execution trace alone (no times), for the
+  latest recorded before it (its node ids order the ops across threads: the forward, then the autograd thread's
+  backward, then the optimizer);
 * **waits for other threads**: where a unit's cross-thread dependency ended inside the host gap before it,
   the thread idled in that gap until then (the main thread of a CUDA job inside ``loss.backward()`` while the
   autograd thread runs): ``wait_us`` is that part of the gap, traced time that is no host work;
+* **host ops in the gaps**: the traced host ops no unit holds (autograd nodes, composite ops whose children are
+  the units, annotations), each counted in the gap before the first unit of its thread that starts at or after
+  it (``gap_events``; those after the main thread's last unit in ``attrs["trailing_events"]``): the host work
+  of the gaps, op by op, where the traced gap time itself is dropped (``host="model"``);
 * **asynchronous collectives** (gloo on a CPU): a ``c10d::`` call whose backend work (the ``gloo:*`` op on
   gloo's own thread) outlasts the call is only the enqueue. The work runs beside the caller, and the rank waits
   for it only where the trace shows a wait: the first unit of the calling thread that started after the work
@@ -106,7 +112,9 @@ def rank_schedule(trace: RankTrace, units: pd.DataFrame) -> pd.DataFrame:
     ts = u["ts"].to_numpy(dtype=np.float64)
     end = ts + u["dur"].to_numpy(dtype=np.float64)
     has_times = trace.has_times and bool(np.isfinite(end).all())
-    if has_times:
+    # an execution trace alone has no times, but its ops' order across threads (``ts`` = the node id)
+    ordered = not has_times and n > 0 and bool(np.isfinite(ts).all())
+    if has_times or ordered:
         order = np.lexsort((tid.astype(str), ts))  # time order, threads apart at equal times
         u = u.iloc[order].reset_index(drop=True)
         tid, ts, end = tid[order], ts[order], end[order]
@@ -119,6 +127,9 @@ def rank_schedule(trace: RankTrace, units: pd.DataFrame) -> pd.DataFrame:
     u["waits_for"] = pd.Series([[] for _ in range(n)], dtype=object)
     u.attrs["trailing_gap_us"] = 0.0
     u.attrs["main_tid"] = main
+    u["gap_events"], u.attrs["trailing_events"] = _gap_events(trace, u, tid, main, has_times)
+    if ordered:  # each unit waits for the units of other threads recorded before it (no times to say more)
+        u["xdeps"] = pd.Series(_cross_thread_deps(tid, ts, ts), dtype=object)
     if not has_times or n == 0:
         return u
     xdeps = _cross_thread_deps(tid, ts, end)
@@ -149,6 +160,52 @@ def rank_schedule(trace: RankTrace, units: pd.DataFrame) -> pd.DataFrame:
     u["wait_us"] = np.clip(dep_end - prev_end, 0.0, gap)
     _async_collectives(trace, u, tid, ts, end, prev_end)
     return u
+
+
+def _gap_events(trace: RankTrace, u: pd.DataFrame, tid: np.ndarray, main: str, has_times: bool
+                ) -> tuple[np.ndarray, float]:
+    """Per unit, the traced host ops outside every unit that fall in the host gap before it (see the module
+    docstring; without times, those recorded between the previous unit's op and its own), and those after the main
+    thread's last unit."""
+    ops = trace.ops
+    n_ops, n = len(ops), len(u)
+    out = np.zeros(n)
+    if n_ops == 0:
+        return out, 0.0
+    parent = ops["parent"].to_numpy(dtype=np.int64)
+    depth = ops["depth"].to_numpy(dtype=np.int64)
+    inside = np.zeros(n_ops, dtype=bool)
+    own = u["op_id"].to_numpy(dtype=np.int64)
+    # an op a unit stands for (its events counted in the unit); an op kept only for kernels it launched itself
+    # (n_events 0) holds the units of its children, its own event is a gap's
+    own = own[(own >= 0) & (own < n_ops) & (u["n_events"].to_numpy(dtype=np.float64) > 0)]
+    inside[own] = True
+    for d in range(1, int(depth.max()) + 1 if n_ops else 0):  # descendants of a unit's op, level by level
+        lvl = np.flatnonzero((depth == d) & (parent >= 0))
+        inside[lvl] |= inside[parent[lvl]]
+    outside = np.flatnonzero(~inside)
+    if n == 0:
+        return out, float(len(outside))
+    ev_tid = ops["tid"].astype(str).to_numpy(dtype=object)[outside]
+    if has_times:  # the gap an op starts in
+        ev_key, key = ops["ts"].to_numpy(dtype=np.float64)[outside] - TIME_EPS_US, u["ts"].to_numpy(dtype=np.float64)
+    else:  # no times (an execution trace alone): the op order, a parent before its children
+        ev_key, key = outside.astype(np.float64), u["op_id"].to_numpy(dtype=np.float64)
+        key = np.where(key >= 0, key, np.nan)
+    trailing = 0.0
+    for t in pd.unique(tid):
+        rows = np.flatnonzero((tid == t) & np.isfinite(key))
+        if not len(rows):
+            continue
+        rows = rows[np.argsort(key[rows], kind="stable")]
+        k = np.searchsorted(key[rows], ev_key[ev_tid == t], side="left")
+        after = k >= len(rows)
+        np.add.at(out, rows[k[~after]], 1.0)
+        if t == main:
+            trailing += float(after.sum())
+        else:  # after another thread's last unit: counted there
+            out[rows[-1]] += float(after.sum())
+    return out, trailing
 
 
 def _async_collectives(trace: RankTrace, u: pd.DataFrame, tid: np.ndarray, ts: np.ndarray, end: np.ndarray,

@@ -147,6 +147,24 @@ class _Builder:
         self.blocking: dict[int, int | None] = defaultdict(lambda: None)
         self.pending: list[dict[int, int]] = [{} for _ in traces]  # async collective unit -> comm node
         self.has_times = all(t.has_times for t in traces)
+        #: ranks whose units a compiler fused (trace_fusion): compiled code dispatches no views or ATen ops of its
+        #: own; each kernel it calls costs one launch overhead (``kernel_launch``: launch + the wrapper's call)
+        self.compiled = [FUSED_COLUMN in s.columns for s in scheds]
+        #: the engine's host model prices each unit's host ops and launches (the traced host time is dropped)
+        self.model_host = not self.on_cpu and not costing.keep_host
+        #: ranks whose trace recorded its kernels (an execution trace alone, or a CPU / meta trace, did not)
+        self.gpu_traced = [t.device == "cuda" and len(t.kernels) > 0 for t in traces]
+
+    def host_counts(self, rank: int, u: dict[str, Any], kernels: bool) -> dict[str, float]:
+        """The host ops and kernel launches the engine's host model charges unit ``u`` (``host="model"`` on a GPU
+        target; none otherwise): its traced ops and the gap's before it (each op the profiler recorded,
+        :data:`~hybrid.engine.overheads.DEFAULT_HOST_OP_US`), and its kernels (as traced on a GPU; one per costed op
+        from a CPU / meta trace, whose ops launched none). None on a compiled rank (see :attr:`compiled`)."""
+        if not self.model_host or self.compiled[rank]:
+            return {}
+        ops = float(u.get("n_events", 0.0) or 0.0) + float(u.get("gap_events", 0.0) or 0.0)
+        launches = float(u.get("n_launch", 0.0) or 0.0) if self.gpu_traced[rank] else float(kernels)
+        return {"host_ops": ops, "launches": launches if kernels else 0.0}
 
     # ------------------------------------------------------------------------------------------------ nodes
     def add(self, rank: int, stream: str, name: str, label: str, meas: float, **kw: Any) -> int:
@@ -185,16 +203,20 @@ class _Builder:
 
     def launch(self, rank: int, u: dict[str, Any], deps: list[int], what: str = "kernel_launch") -> int:
         """The host side of a GPU op or collective: its traced host time (dispatch + launch) where the traced host
-        is kept, else the engine's launch overhead."""
-        keep = self.cost.keep_host
+        is kept, else the engine's host model (:meth:`host_counts`; a collective call: its launch overhead)."""
+        if what == "kernel_launch" and self.model_host and not self.compiled[rank]:  # the host model, op by op
+            return self.add(rank, u["stream"], f"launch {u['name']}", "launch", u["dur"], kind="cpu", deps=deps,
+                            phase=u["phase"], **self.host_counts(rank, u, kernels=True))
+        gap_ops = {"host_ops": float(u.get("gap_events", 0.0) or 0.0)} \
+            if self.model_host and not self.compiled[rank] else {}
         return self.add(rank, u["stream"], f"launch {u['name']}", "launch", u["dur"],
                         duration_us=self.cost.host_us(rank, u["dur"], *_recorded(u)), kind="cpu",
-                        overhead="none" if keep else what, deps=deps, phase=u["phase"])
+                        overhead="none" if self.cost.keep_host else what, deps=deps, phase=u["phase"], **gap_ops)
 
     def place(self, rank: int, i: int) -> None:
         """Unit ``i`` of ``rank`` (not a collective)."""
         u = self.rows[rank][i]
-        deps = cross_dep_nodes(u["xdeps"], self.host_node[rank]) if self.has_times else []
+        deps = cross_dep_nodes(u["xdeps"], self.host_node[rank])
         self.gap(rank, u, deps)
         meas = u["device_us"] if np.isfinite(u.get("device_us", np.nan)) else u["dur"]
         kind, name, stream = u["kind"], u["name"], u["stream"]
@@ -233,7 +255,7 @@ class _Builder:
                 dur = host_meas = 0.0
             nid = host = self.add(rank, stream, name, u["label"] if kind == "unmodelled" else VIEW_LABEL, host_meas,
                                   duration_us=dur, kind="cpu" if kind == "view" or not self.on_cpu else "compute",
-                                  deps=deps, phase=u["phase"])
+                                  deps=deps, phase=u["phase"], **self.host_counts(rank, u, kernels=False))
         self.node[rank][i], self.host_node[rank][i] = nid, host
 
     def collective(self, members: tuple[int, ...], pos: list[int]) -> None:
@@ -245,7 +267,7 @@ class _Builder:
         asynchronous = self.on_cpu and all(us[m]["async_comm"] for m in members)
         for m in members:
             um = us[m]
-            d = cross_dep_nodes(um["xdeps"], self.host_node[m]) if self.has_times else []
+            d = cross_dep_nodes(um["xdeps"], self.host_node[m])
             self.gap(m, um, d)
             n_coll = max(len(members), int(um["row"].get("n_ranks", 1)))
             rows.append({**{k: v for k, v in um["row"].items() if k != "blocking"}, "device": tgt.device.key,
@@ -301,9 +323,13 @@ class _Builder:
             waits = list(self.pending[r].values())
             self.pending[r].clear()
             trailing = float(self.scheds[r].attrs.get("trailing_gap_us", 0.0))
+            events = float(self.scheds[r].attrs.get("trailing_events", 0.0))
             if self.has_times and self.cost.keep_host and trailing > 0:
                 self.add(r, HOST, "host gap", GAP_LABEL, trailing, duration_us=self.cost.gap_us(r, trailing),
                          kind="cpu", deps=waits)
+            elif self.model_host and events > 0 and not self.compiled[r]:  # host ops after the last unit
+                self.add(r, HOST, "host gap", GAP_LABEL, trailing if self.has_times else 0.0, kind="cpu", deps=waits,
+                         host_ops=events)
             elif waits:
                 self.add(r, HOST, "wait", WAIT_LABEL, 0.0, kind="cpu", deps=waits)
 
@@ -385,7 +411,8 @@ def build_trace_graph(traces: list[RankTrace], target: str, catalog: Catalog | N
     rank) multiplies every host time taken from the trace (gaps, views, launches, unmodelled ops): the share of
     the traced wall time the traced process actually ran on a core, when the trace was recorded on a shared,
     loaded machine (CPU time / wall time of the traced step; 1 = idle machine). ``host``: ``"trace"`` keeps the
-    traced host time as the target's host time, ``"model"`` drops it for the engine's per-launch overheads,
+    traced host time as the target's host time, ``"model"`` drops it for the engine's host model (every recorded
+    host op and kernel launch at the overheads' ``host_op_us`` / ``kernel_launch_us``),
     ``"auto"`` picks ``"trace"`` for a CPU trace on its own CPU or a GPU trace that says what recording cost its
     host, else ``"model"``
     (:class:`hybrid.workloads.trace_costing.HostCosting`). ``transform(trace, units) -> units`` may rewrite each
