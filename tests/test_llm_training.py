@@ -101,6 +101,24 @@ def test_model_states_18_bytes_and_distributed_optimizer():
     assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(16 * P / 8, rel=1e-6)
 
 
+def test_gradients_reduced_in_16_bit_keep_fp32_main_grads_in_the_optimizer():
+    """Megatron-LM's distributed-optimizer table (docs/source/api-guide/dist_optimizer.md), bytes per parameter:
+    float16 param with float16 grads 20 (4 + 16/d sharded), with fp32 grads 18 (6 + 12/d), fp32 16 (8 + 8/d). A
+    16-bit gradient buffer (``grad_reduce_dtype``: Megatron's fp16 default, ``--grad-reduce-in-bf16``) holds 2
+    bytes per parameter and the optimizer copies the reduced gradients into fp32 main grads (4, sharded with the
+    distributed optimizer). The memory model counted 4-byte gradients whatever the reduce dtype: 18 and 6 + 12/d."""
+    m = load_model("llama2-7b")
+    P = m.num_params
+    for dt in ("bf16", "fp16"):
+        cfg = TrainingConfig(gpus=8, global_batch=64, micro_batch=1, dropout=False, dtype=dt, grad_reduce_dtype=dt)
+        mem, _ = memory_only(m, cfg, "DGX-A100")
+        assert mem.gradients[0] == pytest.approx(2 * P, rel=1e-6)
+        assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(20 * P, rel=1e-6)
+        mem, _ = memory_only(m, cfg.with_(distributed_optimizer=True), "DGX-A100")
+        assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx((4 + 16 / 8) * P, rel=1e-6)
+    # fp32 gradients (the default) keep the 18 / 6 + 12/d of test_model_states_18_bytes_and_distributed_optimizer
+
+
 def test_flops_match_megatron_formula_and_6nt(gpt175):
     cfg = _cfg()
     mf, hf = model_flops(gpt175, cfg.with_(recompute="full"))
