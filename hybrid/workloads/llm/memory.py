@@ -144,7 +144,7 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     master = 0.0 if fp32 else 4.0  # fp32 training needs no separate master copy
     # ------------------------------------------------------------------ model states
     layer_p = params["layers"] * pp / L
-    pb, gb = DTYPE_BYTES[cfg.fsdp_gather_dtype], DTYPE_BYTES[cfg.grad_reduce_dtype]
+    pb, gb = DTYPE_BYTES[cfg.fsdp_gather_dtype], DTYPE_BYTES[cfg.grad_dtype]
 
     def states(P: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(weights, gradients, optimizer, gathered) of a rank holding ``P`` parameters."""
