@@ -957,6 +957,17 @@ def test_blackwell_fp32_fp64_tf32_are_nvidias_current_per_gpu_figures(catalog) -
         assert dev.peak("fp32") == pytest.approx(dev.num_sms * 256 * dev.clock_mhz * 1e6, rel=0.01), key
 
 
+def test_b200_memory_bandwidth_is_what_its_memory_bus_carries(catalog) -> None:
+    """A B200 reports a 7680-bit HBM3e bus at a 3996 MHz memory clock (cudaGetDeviceProperties / nvidia-smi on a
+    B200, pytorch/ao PR #4002): 7680 / 8 x 3996e6 x 2 (double data rate) = 7.67 TB/s, NVIDIA's current HGX B200
+    figure 7.7 TB/s. The catalog held the DGX B200 datasheet's 8 TB/s (64 TB/s per 8 GPUs), which needs the full
+    8192-bit bus: memory-bound ops on a B200 were priced 4% fast."""
+    b200 = catalog.device("B200")
+    assert b200.mem_bw == pytest.approx(7.7e12)
+    assert b200.mem_bw == pytest.approx(7680 / 8 * 3996e6 * 2, rel=0.005)
+    assert "7.7 TB/s" in b200.source
+
+
 @pytest.mark.parametrize("key", ["B300", "GB300"])
 def test_blackwell_ultra_int8_is_the_cut_rate_not_fp16s(key: str, catalog) -> None:
     """Blackwell Ultra cut INT8 tensor-core math (HGX B300: 2 POPS sparse per 8 GPUs against HGX B200's 72): with no

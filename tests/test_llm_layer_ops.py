@@ -9,7 +9,7 @@ import pytest
 from hybrid.hardware.catalog import default_catalog
 from hybrid.workloads.llm.config import TrainingConfig
 from hybrid.workloads.llm.costing import _layer_rows, resolve_target
-from hybrid.workloads.llm.inference import make_setup, pass_ops
+from hybrid.workloads.llm.inference import PASS_OPS, make_setup, pass_ops
 from hybrid.workloads.llm.layer_ops import forward_layer_ops, moe_routing
 from hybrid.workloads.llm.model import TransformerConfig, load_model
 
@@ -38,8 +38,7 @@ def test_training_forward_rows_are_the_inference_prefill_rows(name, tp):
     layer = train[train["role"].isin(["f", "tpf"]) & (train["op"] != "attention")].copy()
     s = make_setup(name, "A100", tp=tp)
     inf = pass_ops(s, np.array([2048.0]), np.array([1.0]), np.array([2048.0]), np.array([2048.0]))
-    per_layer = inf[~inf["name"].isin(["embedding", "position_embedding", "final_layernorm", "lm_head",
-                                       "logits_all_gather", "sampling", "attention"])].copy()
+    per_layer = inf[~inf["name"].isin([*PASS_OPS, "attention"])].copy()
     per_layer["count"] = per_layer["count"] / model.num_layers
     assert _shapes(layer) == _shapes(per_layer)
 

@@ -101,6 +101,46 @@ def test_model_states_18_bytes_and_distributed_optimizer():
     assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(16 * P / 8, rel=1e-6)
 
 
+def test_gradients_reduced_in_16_bit_keep_fp32_main_grads_in_the_optimizer():
+    """Megatron-LM's distributed-optimizer table (docs/source/api-guide/dist_optimizer.md), bytes per parameter:
+    float16 param with float16 grads 20 (4 + 16/d sharded), with fp32 grads 18 (6 + 12/d), fp32 16 (8 + 8/d). A
+    16-bit gradient buffer (``grad_reduce_dtype``: Megatron's fp16 default, ``--grad-reduce-in-bf16``) holds 2
+    bytes per parameter and the optimizer copies the reduced gradients into fp32 main grads (4, sharded with the
+    distributed optimizer). The memory model counted 4-byte gradients whatever the reduce dtype: 18 and 6 + 12/d."""
+    m = load_model("llama2-7b")
+    P = m.num_params
+    for dt in ("bf16", "fp16"):
+        cfg = TrainingConfig(gpus=8, global_batch=64, micro_batch=1, dropout=False, dtype=dt, grad_reduce_dtype=dt)
+        mem, _ = memory_only(m, cfg, "DGX-A100")
+        assert mem.gradients[0] == pytest.approx(2 * P, rel=1e-6)
+        assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(20 * P, rel=1e-6)
+        mem, _ = memory_only(m, cfg.with_(distributed_optimizer=True), "DGX-A100")
+        assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx((4 + 16 / 8) * P, rel=1e-6)
+    # fp32 gradients (the default) keep the 18 / 6 + 12/d of test_model_states_18_bytes_and_distributed_optimizer
+
+
+def test_fp16_training_reduces_gradients_in_fp16_by_default():
+    """Megatron-LM forces fp32 gradient accumulation and all-reduce for ``--bf16`` only ("bfloat16 requires gradient
+    accumulation and all-reduce to be done in fp32", megatron/training/arguments.py); ``--fp16`` leaves the
+    store-true ``--accumulate-allreduce-grads-in-fp32`` off, so its gradient buffer and DP all-reduce are fp16. The
+    config defaulted every dtype to fp32 (its comment: "Megatron accumulates and reduces gradients in fp32 by
+    default"): an fp16 job's DP all-reduce carried twice its bytes and its model states were 18 bytes per
+    parameter instead of 20. bf16 and fp8 keep fp32, an explicit grad_reduce_dtype wins, and a config changed to
+    another dtype takes that dtype's default."""
+    m = load_model("llama2-7b")
+    P = m.num_params
+    fp16 = TrainingConfig(gpus=8, global_batch=64, micro_batch=1, dropout=False, dtype="fp16")
+    assert fp16.grad_dtype == "fp16" and fp16.with_(dtype="bf16").grad_dtype == "fp32"
+    assert TrainingConfig(gpus=8, global_batch=64, dtype="fp8").grad_dtype == "fp32"
+    assert fp16.with_(grad_reduce_dtype="fp32").grad_dtype == "fp32"
+    mem, _ = memory_only(m, fp16, "DGX-A100")
+    assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(20 * P, rel=1e-6)
+    for cfg, width in ((fp16, 2), (fp16.with_(grad_reduce_dtype="fp32"), 4), (fp16.with_(dtype="bf16"), 4)):
+        rows = predict_training(m, cfg, "DGX-A100", engine=False).ops
+        dp = rows[rows["role"] == "dp_ar"]
+        assert float(dp["size_bytes"].sum()) == pytest.approx(width * P, rel=1e-6), cfg.dtype
+
+
 def test_flops_match_megatron_formula_and_6nt(gpt175):
     cfg = _cfg()
     mf, hf = model_flops(gpt175, cfg.with_(recompute="full"))

@@ -52,7 +52,9 @@ class TrainingConfig:
     overlap_grad_reduce: bool = True  # DP gradient reduce in buckets during the last backward
     overlap_param_gather: bool = True  # distributed optimizer / FSDP parameter all-gather prefetch
     tp_comm_overlap: bool = False  # TP collectives hidden behind the adjacent GEMMs (userbuffers)
-    grad_reduce_dtype: str = "fp32"  # Megatron accumulates and reduces gradients in fp32 by default
+    #: dtype gradients are accumulated and reduced in (Megatron's gradient buffer); None: the framework default
+    #: for the job's dtype (:attr:`grad_dtype`)
+    grad_reduce_dtype: str | None = None
     #: dtype of FSDP-gathered parameters (fp32 for PyTorch "DEFAULT" mixed prec.); None: the job's, fp32 for fp32
     #: training (no mixed precision: FSDP gathers the fp32 parameters it computes with), bf16 otherwise
     #: (:attr:`fsdp_gather_dtype`)
@@ -101,7 +103,8 @@ class TrainingConfig:
             raise InvalidInputError(f"fp8_weight_cast must be one of {', '.join(FP8_WEIGHT_CASTS)}, "
                                     f"got {self.fp8_weight_cast!r}")
         object.__setattr__(self, "fp8_weight_cast", wc)
-        object.__setattr__(self, "grad_reduce_dtype", normalize_dtype(self.grad_reduce_dtype))
+        if self.grad_reduce_dtype is not None:
+            object.__setattr__(self, "grad_reduce_dtype", normalize_dtype(self.grad_reduce_dtype))
         if self.fsdp_param_dtype is not None:
             object.__setattr__(self, "fsdp_param_dtype", normalize_dtype(self.fsdp_param_dtype))
         if isinstance(self.reserve_gib, bool) or not isinstance(self.reserve_gib, int | float) \
@@ -165,6 +168,18 @@ class TrainingConfig:
         if self.sp and t > 1 and (s // self.cp) % t:
             raise InvalidInputError(f"sequence parallelism splits each CP rank's {s // self.cp} tokens over tp "
                                     f"({t}): they must be divisible by it")
+
+    @property
+    def grad_dtype(self) -> str:
+        """The dtype gradients are accumulated and reduced in: :attr:`grad_reduce_dtype` when set, else Megatron-LM's
+        default for the job's dtype. ``--bf16`` forces ``accumulate_allreduce_grads_in_fp32`` ("bfloat16 requires
+        gradient accumulation and all-reduce to be done in fp32", megatron/training/arguments.py), fp8 training
+        runs with ``--bf16`` too, fp32 has nothing else; ``--fp16`` leaves the store-true flag off, so its gradient
+        buffer is fp16 (PyTorch FSDP's MixedPrecision also reduces in its fp16 param_dtype when no reduce_dtype is
+        given)."""
+        if self.grad_reduce_dtype is not None:
+            return self.grad_reduce_dtype
+        return "fp16" if self.dtype == "fp16" else "fp32"
 
     @property
     def fsdp_gather_dtype(self) -> str:

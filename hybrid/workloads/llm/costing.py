@@ -530,7 +530,7 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
     fsdp = m["fsdp"].to_numpy(bool)
     adt = "bf16" if cfg.dtype == "fp8" else cfg.dtype
     eb = DTYPE_BYTES[adt]
-    gb = DTYPE_BYTES[cfg.grad_reduce_dtype]
+    gb = DTYPE_BYTES[cfg.grad_dtype]
     gpn = tgt.gpus_per_node
     dev, sysk = tgt.device, tgt.comm_system
     P = params["max"]
@@ -542,10 +542,10 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
         has = (ranks > 1) & (n > 0)
         plain = has & ~distopt & ~fsdp
         R.add(idx[plain], "dp_ar", 1.0, "all_reduce", size_bytes=(n * gb)[plain], n_ranks=ranks[plain],
-              n_nodes=nodes[plain], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+              n_nodes=nodes[plain], dtype=cfg.grad_dtype, device=dev, system=sysk)
         dop = has & distopt
         R.add(idx[dop], "dp_rs", 1.0, "reduce_scatter", size_bytes=(n * gb)[dop], n_ranks=ranks[dop],
-              n_nodes=nodes[dop], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+              n_nodes=nodes[dop], dtype=cfg.grad_dtype, device=dev, system=sysk)
         R.add(idx[dop], "dp_ag", 1.0, "all_gather", size_bytes=(n * eb)[dop], n_ranks=ranks[dop],
               n_nodes=nodes[dop], dtype=adt, device=dev, system=sysk)
         fs = (ranks > 1) & fsdp & (per_layer[part] > 0)
@@ -553,13 +553,13 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
             R.add(idx[fs], "fsdp_ag", 1.0, "all_gather", size_bytes=(per_layer[part] * pb)[fs], n_ranks=ranks[fs],
                   n_nodes=nodes[fs], dtype=cfg.fsdp_gather_dtype, device=dev, system=sysk)
             R.add(idx[fs], "fsdp_rs", 1.0, "reduce_scatter", size_bytes=(per_layer[part] * gb)[fs],
-                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_dtype, device=dev, system=sysk)
         if part == 0 and fs.any():  # embedding / output layer: dense, once
             emb = (params["max"] - params["layers"])
             R.add(idx[fs], "fsdp_emb", 1.0, "all_gather", size_bytes=(np.maximum(emb, 1.0) * pb)[fs],
                   n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.fsdp_gather_dtype, device=dev, system=sysk)
             R.add(idx[fs], "fsdp_emb", 1.0, "reduce_scatter", size_bytes=(np.maximum(emb, 1.0) * gb)[fs],
-                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+                  n_ranks=ranks[fs], n_nodes=nodes[fs], dtype=cfg.grad_dtype, device=dev, system=sysk)
     # pipeline send/recv of [b, s/cp, h] (split over TP: Megatron's scatter-gather / SP)
     pipe = pp > 1
     s = cfg.seq(model) // cp
@@ -575,7 +575,7 @@ def _stage_rows(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame, 
         V = padded_vocab_vec(model, cfg, t.astype(np.float64))
         R.add(idx[pipe], "emb_ar", 1.0, "all_reduce",
               size_bytes=(V * model.hidden_size / t * gb)[pipe].astype(np.float64), n_ranks=2,
-              n_nodes=pp_nodes[pipe], dtype=cfg.grad_reduce_dtype, device=dev, system=sysk)
+              n_nodes=pp_nodes[pipe], dtype=cfg.grad_dtype, device=dev, system=sysk)
     # fp8 weights cast once per iteration (Megatron-LM's is_first_microbatch): every layer weight of the stage
     if cfg.dtype == "fp8" and cfg.fp8_weight_cast == "step":
         R.add(idx, "fp8w", 1.0, "elementwise", variant="copy", elements=np.maximum(params["layers"], 1.0),

@@ -15,7 +15,8 @@ layer and sampling:
 ``post_attention_layernorm``, ``add`` second norm and residual adds
 ``mlp_up_proj``, ``mlp_act``,         MLP (gated SwiGLU or GeLU); MoE: router GEMM, then the active experts as a
 ``mlp_down_proj``                     batched GEMM (expected distinct experts for ``T x top-k`` routed tokens)
-``embedding``, ``final_layernorm``,   once per pass: embedding gather, the final norm (every token of the pass: engines
+``embedding``, ``final_layernorm``,   once per pass: embedding gather (``embedding_all_reduce``: the TP sum of a
+                                      vocab-parallel table's lookups), the final norm (every token of the pass: engines
                                       normalise the whole hidden state, then pick the last tokens), vocab-parallel output
 ``lm_head``, ``logits_all_gather``,   GEMM, the TP gather of logits and a softmax/top-k over the vocabulary
 ``sampling``, ``pp_send_recv``        (``pp_send_recv`` between pipeline stages)
@@ -84,8 +85,8 @@ ALLREDUCE_KINDS = ("nccl", "custom")
 #: 16-bit (:func:`hybrid.workloads.llm.kv_cache.weight_bytes_per_gpu` counts it so too).
 HEAD_16BIT = ("lm_head",)
 #: Ops that run once per forward pass (not per layer).
-PASS_OPS = ("embedding", "position_embedding", "final_layernorm", "lm_head", "logits_all_gather", "sampling",
-            "pp_send_recv")
+PASS_OPS = ("embedding", "embedding_all_reduce", "position_embedding", "final_layernorm", "lm_head",
+            "logits_all_gather", "sampling", "pp_send_recv")
 #: Op categories of the breakdown.
 CATEGORIES = ("gemm", "attention", "moe", "norm", "elementwise", "comm", "lm_head", "sampling", "pipeline")
 
@@ -360,6 +361,13 @@ def pass_ops(s: InferenceSetup, tokens: np.ndarray, seqs: np.ndarray, q_len: np.
              (prior > 0).astype(np.float64))
     # ---- once per pass on the bottleneck stage (pp = 1: both ends)
     elem("embedding", "elementwise", T * h, "copy", 1.0)
+    if s.parallel_embedding and tp > 1:
+        # a vocab-parallel table (vLLM's VocabParallelEmbedding, TensorRT-LLM's Embedding with a TP group and
+        # sharding_dim 0, SGLang alike): each rank looks up the ids of its vocabulary slice, zeroes the others' rows
+        # and the [T, h] outputs are summed over the TP group, one all-reduce per pass (as Megatron's training graph,
+        # hybrid.workloads.llm.costing); a whole table on every rank (TensorRT-LLM engines without
+        # use_parallel_embedding) needs none. Attention data parallelism runs the embedding whole on each rank.
+        coll("embedding_all_reduce", "all_reduce", T * h * ab, tp, 1.0)
     if m.position_embedding_type == "learned_absolute":  # GPT-2/MPT-style learned positions added to the input
         elem("position_embedding", "elementwise", T * h, "add", 1.0)
     # the whole pass's hidden state, as engines run it (TensorRT-LLM's ``ln_f`` before gather_last_token_logits, vLLM

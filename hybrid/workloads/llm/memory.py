@@ -27,7 +27,10 @@ the fp32 cross-entropy (``4 s b h / t (1 + v / h)``). Context parallelism over s
 gradients while it runs backward: ``2 x b s 2 kv / t`` in the activation dtype (``s`` the whole sequence).
 
 Model states per parameter (mixed precision, Adam): 16-bit weights 2 + fp32 gradient 4 + fp32 master weights 4 +
-Adam moments 8 = 18 bytes; the distributed optimizer shards the last 12 over DP (``6 + 12/dp``); FSDP shards all
+Adam moments 8 = 18 bytes; the distributed optimizer shards the last 12 over DP (``6 + 12/dp``). Gradients reduced
+in 16 bit (``grad_reduce_dtype``) take 2 bytes in the buffer and the optimizer keeps fp32 main grads beside its
+master weights: 20 bytes, ``4 + 16/dp`` sharded (Megatron-LM's distributed-optimizer table); fp32 training keeps no
+master copy (16 bytes, ``8 + 8/dp``). FSDP shards all
 16 bytes of fp32 state over DP and adds two gathered layers (current + prefetched) of weights and their gradients
 in the gather dtype (16-bit; fp32 when training in fp32); with pipeline parallelism the whole stage stays gathered through the step with its gradients accumulated
 unsharded in the reduce dtype (torchtitan's default with PP). A stated framework reserve (CUDA context, NCCL buffers, allocator fragmentation) is added.
@@ -141,7 +144,7 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     master = 0.0 if fp32 else 4.0  # fp32 training needs no separate master copy
     # ------------------------------------------------------------------ model states
     layer_p = params["layers"] * pp / L
-    pb, gb = DTYPE_BYTES[cfg.fsdp_gather_dtype], DTYPE_BYTES[cfg.grad_reduce_dtype]
+    pb, gb = DTYPE_BYTES[cfg.fsdp_gather_dtype], DTYPE_BYTES[cfg.grad_dtype]
 
     def states(P: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(weights, gradients, optimizer, gathered) of a rank holding ``P`` parameters."""
@@ -149,8 +152,15 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
         shard = gradient_groups(m, {**params, "max": P}).sharded()
         # FSDP: the fp32 flat-parameter shard is the master copy (4/dp), gradients 4/dp, Adam moments 8/dp
         weights = np.where(fsdp, 4.0 * shard, wb * P)
-        grads = np.where(fsdp, 4.0 * shard, 4.0 * P)
-        optim = np.where(fsdp, 8.0 * shard, np.where(distopt, (8.0 + master) * shard, (8.0 + master) * P))
+        # Megatron's gradient buffer holds every parameter's gradient in the reduce dtype (fp32 by default for bf16,
+        # 16 bit with --grad-reduce-in-bf16 / fp16 without --accumulate-allreduce-grads-in-fp32); the mixed-precision
+        # optimizer then copies its (shard of the) reduced 16-bit gradients into fp32 main grads: 2 + 4 instead of 4
+        # bytes, the "float16 param, float16 grads" row of Megatron's distributed-optimizer table (20 bytes per
+        # parameter, 4 + 16 / d sharded, against 18 and 6 + 12 / d with fp32 grads)
+        main_grads = 4.0 if (gb < 4.0 and not fp32) else 0.0
+        grads = np.where(fsdp, 4.0 * shard, gb * P)
+        opt_bytes = 8.0 + master + main_grads  # Adam moments, fp32 master weights, fp32 main grads
+        optim = np.where(fsdp, 8.0 * shard, np.where(distopt, opt_bytes * shard, opt_bytes * P))
         # FSDP: two layers gathered (the one computing and the prefetched one) with their gradients, both in the
         # gather dtype (16-bit under mixed precision, fp32 for fp32 training); with PP the whole stage stays
         # gathered through the step, its gradients accumulated unsharded in the reduce dtype (torchtitan / PyTorch
