@@ -263,18 +263,21 @@ class CostTables:
 
 
 def _options(config: DLRMConfig) -> list[Option]:
+    """The placements the search prices: table-wise, column-wise over 2-8 ranks and row-wise over 2..R (powers of
+    two), and data-parallel, on one GPU too: there a replicated table is still another plan than a table-wise one
+    (a dense table-sized gradient and a dense optimizer step instead of a sparse backward and update, as the graph
+    builds it), so a plan may name it and the estimate prices it as the graph simulates it."""
     R = config.gpus
     opts = [Option("table_wise", 1)]
-    if R > 1:
-        k = 2
-        while k <= min(R, 8):
-            opts.append(Option("column_wise", k))
-            k *= 2
-        k = 2
-        while k <= R:
-            opts.append(Option("row_wise", k))
-            k *= 2
-        opts.append(Option("data_parallel", R))
+    k = 2
+    while k <= min(R, 8):
+        opts.append(Option("column_wise", k))
+        k *= 2
+    k = 2
+    while k <= R:
+        opts.append(Option("row_wise", k))
+        k *= 2
+    opts.append(Option("data_parallel", R))
     return opts
 
 
