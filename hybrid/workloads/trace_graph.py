@@ -45,6 +45,7 @@ from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.roofline import cpu_collective_system
 from hybrid.workloads.dlrm_graph import Target, resolve_target
 from hybrid.workloads.trace_costing import (
+    GPU_HOST_OPS_PER_UNIT,
     HostCosting,
     TracePrediction,
     is_same_device,
@@ -154,15 +155,23 @@ class _Builder:
         self.model_host = not self.on_cpu and not costing.keep_host
         #: ranks whose trace recorded its kernels (an execution trace alone, or a CPU / meta trace, did not)
         self.gpu_traced = [t.device == "cuda" and len(t.kernels) > 0 for t in traces]
+        #: ranks whose ops ran on a GPU (their nested host ops are a GPU step's; a CPU / meta trace's are its own
+        #: kernels' decompositions: GPU_HOST_OPS_PER_UNIT per unit instead)
+        self.gpu_ops = [t.device == "cuda" for t in traces]
 
     def host_counts(self, rank: int, u: dict[str, Any], kernels: bool) -> dict[str, float]:
         """The host ops and kernel launches the engine's host model charges unit ``u`` (``host="model"`` on a GPU
         target; none otherwise): its traced ops and the gap's before it (each op the profiler recorded,
-        :data:`~hybrid.engine.overheads.DEFAULT_HOST_OP_US`), and its kernels (as traced on a GPU; one per costed op
-        from a CPU / meta trace, whose ops launched none). None on a compiled rank (see :attr:`compiled`)."""
+        :data:`~hybrid.engine.overheads.DEFAULT_HOST_OP_US`; a CPU / meta trace's unit
+        :data:`~hybrid.workloads.trace_costing.GPU_HOST_OPS_PER_UNIT` instead of its own), and its kernels (as traced
+        on a GPU; one per costed op from a CPU / meta trace, whose ops launched none). None on a compiled rank (see
+        :attr:`compiled`)."""
         if not self.model_host or self.compiled[rank]:
             return {}
-        ops = float(u.get("n_events", 0.0) or 0.0) + float(u.get("gap_events", 0.0) or 0.0)
+        own = float(u.get("n_events", 0.0) or 0.0)
+        if not self.gpu_ops[rank] and own > 0:
+            own = GPU_HOST_OPS_PER_UNIT
+        ops = own + float(u.get("gap_events", 0.0) or 0.0)
         launches = float(u.get("n_launch", 0.0) or 0.0) if self.gpu_traced[rank] else float(kernels)
         return {"host_ops": ops, "launches": launches if kernels else 0.0}
 
