@@ -50,10 +50,6 @@ def step_dirs(base: Path) -> list[tuple[str, Path, float]]:
     return out
 
 
-def geomean_pct(err: np.ndarray) -> float:
-    return float(np.exp(np.mean(np.log1p(np.abs(err) / 100))) - 1) * 100
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--per-launch", type=float, default=15.0,
@@ -117,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                                              ("per_launch", per_launch))}
     res = {"host_op_us_fit": c_all, "se_us": report["se_us"]["host_op_us"], "default_host_op_us": DEFAULT_HOST_OP_US,
            "kernel_launch_us": base.kernel_launch_us, "loo_host_op_us": loo_c.tolist(),
-           "geomean_pct": {k: geomean_pct(v) for k, v in err.items()},
+           "geomean_pct": {k: trace_gpu.geomean_pct(v) for k, v in err.items()},
            "steps": [{"step": n, "measured_ms": m / 1e3, "host_ops": o, "launches": la,
                       **{f"{k}_ms": float(v[i]) / 1e3 for k, v in (("default", at_default), ("loo", loo),
                                                                      ("kernels", kernel_only),
