@@ -279,8 +279,12 @@ def test_single_gpu_training_steps_add_into_the_gradients_of_the_step_before(ben
     res_acc, res_plain = memory_of(acc.meta).resident_bytes, memory_of(plain.meta).resident_bytes
     assert res_acc - res_plain == 4 * n_params
     # priced: 12 bytes per weight more (read both gradients, write one) than the step without: 0.94 GB, 0.6 ms at
-    # the A100's 1555 GB/s
-    it = build_trace_graph([plain], "A100-PCIE-40GB", cat, same_device=False)
-    without = predict_trace(it, RooflineCostModel(cat)).predicted_us / 1e3
+    # the A100's 1555 GB/s (device time: without the host, under which this tiny step's adds partly hide)
+    from hybrid.engine.overheads import Overheads
+
+    with_adds, without = (predict_trace(build_trace_graph([t], "A100-PCIE-40GB", cat, same_device=False),
+                                        RooflineCostModel(cat), Overheads.zero()).predicted_us / 1e3
+                          for t in (acc, plain))
     floor = 12 * n_params / 1555e9 * 1e3
-    assert floor < single - without < 1.5 * floor
+    assert floor < with_adds - without < 1.5 * floor
+    assert single >= with_adds  # the benchmark's prediction adds the host model
