@@ -184,8 +184,9 @@ class TaskGraph:
         (ATen ops, autograd nodes) and kernel launches the node stands for, each priced by the overheads
         (:attr:`~hybrid.engine.overheads.Overheads.host_op_us`, ``kernel_launch_us``) on top of its duration."""
         _check_duration(f"node {name!r}", duration_us)
-        for what, count in (("host_ops", host_ops), ("launches", launches)):
-            _check_duration(f"node {name!r} {what}", count)
+        if host_ops or launches:  # (most nodes carry none: no checks on the builders' hot path)
+            for what, count in (("host_ops", host_ops), ("launches", launches)):
+                _check_duration(f"node {name!r} {what}", count)
         # every check before the first append: a refused node left the graph's per-node lists of unequal
         # lengths (an unknown kind was a bare "tuple.index(x): x not in tuple" after name, rank and stream were in)
         if kind not in KINDS:
