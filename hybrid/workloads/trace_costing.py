@@ -287,6 +287,9 @@ class TracePrediction:
             "ops": int(own["count"].sum()) if len(own) else 0,
             "measured_ms": float(own["own_us"].sum()) / 1e3 if len(own) else 0.0,
             "costed_as": ("trace time (host gaps)" if it.info.get("host") == "trace"
+                          # a GPU target's host model charges each of them as one host op, as every op recorded
+                          else "host model (one host op each; traced host time dropped)"
+                          if it.target.device.kind != "cpu"
                           else "not costed (traced host time dropped)"),
             "by_name": [{"name": str(r["name"]), "count": int(r["count"]), "measured_ms": float(r["own_us"]) / 1e3}
                         for _, r in own.head(20).iterrows()]}
