@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     cat = default_catalog()
     model = trace_gpu.TracedKernels()
-    names, graphs, its, measured, devices, ops, launches = [], [], [], [], [], [], []
+    names, graphs, its, measured, ops, launches = [], [], [], [], [], []
     for rel, dev in TRACE_SETS:
         for name, path, ms in step_dirs(ROOT / rel):
             with warnings.catch_warnings():
@@ -83,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
             its.append(it)
             graphs.append(g)
             measured.append(ms * 1e3)
-            devices.append(dev)
             ops.append(float(g.host_ops.sum()) if g.host_ops is not None else 0.0)
             launches.append(float(g.launches.sum()) if g.launches is not None else 0.0)
     y = np.asarray(measured)
@@ -104,11 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         loo_c[i] = f.host_op_us
         loo[i] = predict(f.host_op_us, [i])[0]
     at_default = predict(DEFAULT_HOST_OP_US, all_idx)
-    # the engine's earlier host model: every costed op one launch of --per-launch us, nothing for other host ops
-    kernel_only = np.array([predict_trace(it, model, Overheads(optimizer_step_us=0.0, iteration_us=0.0,
-                                                               host_op_us=0.0, kernel_launch_us=0.0)).predicted_us
-                            for it in its])
-    per_launch = np.array([_per_launch_step(it, model, args.per_launch) for it in its])
+    # no host time; the engine's earlier host model: every costed op one launch of --per-launch us, nothing for
+    # the other host ops
+    none = Overheads(optimizer_step_us=0.0, iteration_us=0.0, host_op_us=0.0, kernel_launch_us=0.0)
+    kernel_only = np.array([predict_trace(it, model, none).predicted_us for it in its])
+    per_launch = np.array([_per_launch_step(g, model, none, args.per_launch) for g in graphs])
     err = {k: (v / y - 1) * 100 for k, v in (("default", at_default), ("loo", loo), ("kernels", kernel_only),
                                              ("per_launch", per_launch))}
     res = {"host_op_us_fit": c_all, "se_us": report["se_us"]["host_op_us"], "default_host_op_us": DEFAULT_HOST_OP_US,
@@ -127,16 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _per_launch_step(it, model, per_launch_us: float) -> float:
-    """The step with the earlier host model: each costed op's launch node ``per_launch_us``, no other host op."""
-    from hybrid.engine.overheads import Overheads
+def _per_launch_step(g, model, none, per_launch_us: float) -> float:
+    """The step of compiled graph ``g`` with the earlier host model: each costed op's launch node (one with
+    launches) ``per_launch_us``, no other host op (``none``: overheads without host-op or launch costs)."""
     from hybrid.engine.simulate import node_durations, simulate_durations
 
-    g = it.graph.compile()
-    dur = node_durations(g, model, Overheads.zero())
-    if g.launches is not None:
-        dur = dur + np.where(g.launches > 0, per_launch_us, 0.0)
-    dur += Overheads(optimizer_step_us=0.0, iteration_us=0.0, host_op_us=0.0).vector()[g.overhead]
+    dur = node_durations(g, model, none) + np.where(g.launches > 0, per_launch_us, 0.0)
     return float(simulate_durations(g, dur).iteration_us)
 
 

@@ -40,6 +40,7 @@ import pandas as pd
 
 from hybrid.data.traces.parse import RankTrace
 from hybrid.engine.graph import HOST
+from hybrid.workloads.trace_units import op_depths, ops_by_depth
 
 #: Tolerance (us) of "ended before it started" between threads (timer rounding).
 TIME_EPS_US = 1e-3
@@ -173,15 +174,13 @@ def _gap_events(trace: RankTrace, u: pd.DataFrame, tid: np.ndarray, main: str, h
     if n_ops == 0:
         return out, 0.0
     parent = ops["parent"].to_numpy(dtype=np.int64)
-    depth = ops["depth"].to_numpy(dtype=np.int64)
     inside = np.zeros(n_ops, dtype=bool)
     own = u["op_id"].to_numpy(dtype=np.int64)
     # an op a unit stands for (its events counted in the unit); an op kept only for kernels it launched itself
     # (n_events 0) holds the units of its children, its own event is a gap's
     own = own[(own >= 0) & (own < n_ops) & (u["n_events"].to_numpy(dtype=np.float64) > 0)]
     inside[own] = True
-    for d in range(1, int(depth.max()) + 1 if n_ops else 0):  # descendants of a unit's op, level by level
-        lvl = np.flatnonzero((depth == d) & (parent >= 0))
+    for lvl in ops_by_depth(op_depths(ops, parent))[1:]:  # descendants of a unit's op, level by level
         inside[lvl] |= inside[parent[lvl]]
     outside = np.flatnonzero(~inside)
     if n == 0:

@@ -64,7 +64,7 @@ WRITE_ONLY_HELPERS = frozenset(
     "rand randn randint exponential_ geometric_ cauchy_ log_normal_".split())
 
 
-def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
+def ops_by_depth(depth: np.ndarray) -> list[np.ndarray]:
     """Row positions per tree depth, shallowest first (every op's parent sits one level above it)."""
     if not len(depth):
         return []
@@ -73,7 +73,7 @@ def _by_depth(depth: np.ndarray) -> list[np.ndarray]:
     return [order[bounds[d]:bounds[d + 1]] for d in range(int(depth.max()) + 1)]
 
 
-def _depths(ops: pd.DataFrame, parent: np.ndarray) -> np.ndarray:
+def op_depths(ops: pd.DataFrame, parent: np.ndarray) -> np.ndarray:
     """Depth of every op (the parser's ``depth`` column; recomputed from the parent pointers where it does not
     put every parent one level above its child)."""
     depth = ops["depth"].to_numpy(dtype=np.int64) if "depth" in ops.columns else np.zeros(len(parent), np.int64)
@@ -285,7 +285,7 @@ def trace_units(trace: RankTrace, peer_self_shares: dict[str, float] | None = No
         raise InvalidInputError(f"{trace.path}: no ops inside the traced step")
     n = len(ops)
     parent = ops["parent"].to_numpy(dtype=np.int64)
-    levels = _by_depth(_depths(ops, parent))
+    levels = ops_by_depth(op_depths(ops, parent))
     names = ops["name"].astype(str).to_numpy(dtype=object)
     cats = ops["cat"].astype(str).to_numpy(dtype=object)
     tids = ops["tid"].to_numpy(dtype=object)
