@@ -150,6 +150,9 @@ def test_harness_host_on_a_gpu_is_priced_op_by_op():
     assert build_dlrm_graph(cfg.with_(system=cpu), plan, cat, harness=True).graph.compile().host_ops is None
     with pytest.raises(InvalidInputError, match="one rank"):
         harness_host_op_counts(cfg.with_(gpus=2), plan)
+    # several GPUs: the counts are one rank's, the host stays per category (and says so)
+    two = build_dlrm_graph(cfg.with_(system="H100-SXM", gpus=2), plan, default_catalog(), harness=True)
+    assert two.graph.compile().host_ops is None and any("one rank" in n for n in two.info["notes"])
 
 
 def test_harness_host_op_counts_match_a_profile_of_the_harness():

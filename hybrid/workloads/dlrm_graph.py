@@ -508,7 +508,9 @@ def build_dlrm_graph(
     ``harness`` adds, on GPUs, what :mod:`hybrid.bench.dlrm_harness` runs beyond the TorchRec-style iteration
     (see :data:`HARNESS_GPU_WORK`): the input distribution and the pooled exchange also on one rank, the host
     waiting for the value counts and for every sparse-gradient coalesce, and the per-table views of the
-    received block with their backward (zeros + accumulate of the whole block per table).
+    received block with their backward (zeros + accumulate of the whole block per table); on one GPU it also prices
+    the harness's eager host op by op, as traced GPU steps are (:data:`HARNESS_HOST_OPS` at ``host_op_us``, one
+    ``kernel_launch_us`` per kernel: :meth:`~hybrid.engine.graph.TaskGraph.price_host_by_ops`).
     """
     plan = plan if plan is not None else config.plan
     if plan is None:
@@ -649,8 +651,12 @@ def build_dlrm_graph(
     unpacked: dict[int, int] = {}
     work = set(HARNESS_WORK.get(target.device.kind, ())) if harness else set()
     # the harness's eager host on a GPU, op by op (HARNESS_HOST_OPS at host_op_us, one launch per kernel), as a traced
-    # GPU step's host is priced; a CPU keeps the per-category overheads (its host runs the kernels themselves)
-    host_model = harness and target.device.kind == "gpu"
+    # GPU step's host is priced; a CPU keeps the per-category overheads (its host runs the kernels themselves), and so
+    # do several GPUs: the counts were read off one-rank profiles (the input distribution and the exchanges loop over
+    # the source ranks, row- and column-wise pieces add their own ops)
+    host_model = harness and target.device.kind == "gpu" and R == 1
+    host_note = ("harness host priced per category (launch + dispatch per kernel): its op-by-op counts "
+                 "(HARNESS_HOST_OPS) are one rank's") if harness and target.device.kind == "gpu" and R > 1 else None
     host_at: dict[int, float] = defaultdict(float)
     hops = HARNESS_HOST_OPS
 
@@ -1067,5 +1073,5 @@ def build_dlrm_graph(
     info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
             "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
             # where the collectives are priced, and what to know about it (a bare CPU device: its gloo system)
-            "collective_system": coll_system, "notes": [coll_note] if coll_note else []}
+            "collective_system": coll_system, "notes": [n for n in (coll_note, host_note) if n]}
     return DLRMIteration(g, config, plan, target, vol, pieces, info)
