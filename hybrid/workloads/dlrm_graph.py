@@ -213,7 +213,7 @@ HARNESS_WORK: dict[str, tuple[str, ...]] = {
 }
 HARNESS_GPU_WORK = HARNESS_WORK["gpu"]
 
-#: Host ops one iteration of :mod:`hybrid.bench.dlrm_harness` issues on a GPU, per element of the config: ATen ops,
+#: Host ops one iteration of :mod:`hybrid.bench.dlrm_harness` issues on one GPU, per element of the config: ATen ops,
 #: autograd nodes and ``record_function`` annotations at every nesting level, what the trace engine's host model counts
 #: and prices at :attr:`~hybrid.engine.overheads.Overheads.host_op_us` each (``DEFAULT_HOST_OP_US``, fitted on traced
 #: H100 / H200 training steps, nothing of it on DLRM). Counted with ``torch.profiler`` on the harness's own training
