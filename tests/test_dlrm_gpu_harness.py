@@ -7,6 +7,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -14,11 +15,12 @@ from hybrid.bench.campaign import load_pair, read_results
 from hybrid.bench.validate import EnginePredictor, _bundle_system, validate_campaign
 from hybrid.data.bundle import load_bundle
 from hybrid.engine.costs import RooflineCostModel
-from hybrid.engine.graph import HOST, TaskGraph
-from hybrid.engine.simulate import simulate
+from hybrid.engine.graph import COMPUTE, HOST, OVERHEAD_CATEGORIES, TaskGraph
+from hybrid.engine.overheads import Overheads
+from hybrid.engine.simulate import node_durations, simulate
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import default_catalog
-from hybrid.workloads.dlrm_graph import HARNESS_WORK, build_dlrm_graph
+from hybrid.workloads.dlrm_graph import HARNESS_WORK, build_dlrm_graph, harness_host_op_counts
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "datasets" / "dlrm-h100-1gpu"
@@ -113,6 +115,70 @@ def test_harness_work_on_one_gpu():
     a = simulate(build_dlrm_graph(cfg.with_(system="H100-SXM"), plan, cat).graph).iteration_us
     b = simulate(build_dlrm_graph(cfg.with_(system="H100-SXM"), plan, cat, harness=True).graph).iteration_us
     assert b > a
+
+
+def test_harness_host_on_a_gpu_is_priced_op_by_op():
+    """On a GPU the harness graph prices its eager host as traced GPU steps are (``host_op_us`` per host op,
+    ``kernel_launch_us`` per kernel launch, a collective call its launch): c000 size_greedy (39 table-wise tables in
+    4 fused tables, cat, SGD, 4 linear layers) issues 1,511 host ops an iteration on a GPU (HARNESS_HOST_OPS); the
+    per-category lumps (a launch's dispatch, optimizer.step's 80 us, the iteration's 100 us) are gone."""
+    table = read_results(RUNS / "results.csv")
+    row = table[(table["config_name"] == "c000") & (table["plan_name"] == "size_greedy")].iloc[0]
+    cfg, plan = load_pair(RUNS, row)
+    g = build_dlrm_graph(cfg.with_(system="H100-SXM"), plan, default_catalog(), harness=True).graph.compile()
+    assert g.host_ops is not None
+    # input 28 + 21x4, lookups 7x4, exchange 9 + 2x39 + 8x4 + 1, dense fwd 28 + 12x4 + 3x39, backward 15 + 14x39 +
+    # 58x4 + 53x4, optimizer 4 + 12x4 + 1
+    assert g.host_ops.sum() == 112 + 28 + 120 + 193 + 1005 + 53 == 1511
+    counts = harness_host_op_counts(cfg, plan)
+    for phase, n in counts.items():
+        assert g.host_ops[g.phase == g.phase_names.index(phase)].sum() == pytest.approx(n), phase
+    kernels = int(np.sum(g.kind == COMPUTE))
+    assert g.launches.sum() == kernels  # one launch per kernel node
+    o = Overheads()
+    host = node_durations(g, None, o)[g.stream == g.stream_names.index((0, HOST))]
+    n_coll = int(np.sum(g.overhead == OVERHEAD_CATEGORIES.index("collective_launch")))
+    assert n_coll == 4  # one rank: value counts, payload, the pooled exchange and its backward
+    assert host.sum() == pytest.approx(1511 * o.host_op_us + kernels * o.kernel_launch_us
+                                       + n_coll * o.collective_launch_us)
+    # the learned dispatch of a kernel profile no longer reaches the host: the same host time under any launch lump
+    lumpy = Overheads(framework_us=50.0, optimizer_step_us=1000.0, iteration_us=1000.0)
+    assert node_durations(g, None, lumpy)[g.stream == g.stream_names.index((0, HOST))].sum() == \
+        pytest.approx(host.sum())
+    # a CPU keeps its per-category host model (the host runs the kernels itself)
+    cat, cpu = cpu_catalog()
+    assert build_dlrm_graph(cfg.with_(system=cpu), plan, cat, harness=True).graph.compile().host_ops is None
+    with pytest.raises(InvalidInputError, match="one rank"):
+        harness_host_op_counts(cfg.with_(gpus=2), plan)
+    # several GPUs: the counts are one rank's, the host stays per category (and says so)
+    two = build_dlrm_graph(cfg.with_(system="H100-SXM", gpus=2), plan, default_catalog(), harness=True)
+    assert two.graph.compile().host_ops is None and any("one rank" in n for n in two.info["notes"])
+
+
+def test_harness_host_op_counts_match_a_profile_of_the_harness():
+    """The counts the graph charges are what the harness's own loop records under torch.profiler on this CPU
+    (one rank; tables and batch shrunk, which changes no op but a few data-dependent ones), phase by phase, once a
+    CPU's kernel internals are added (``harness_host_op_counts(..., "cpu")``): one SGD/cat config with replicated
+    tables and one Adagrad/dot config."""
+    pytest.importorskip("torch")
+    from hybrid.bench.dlrm_harness import host_ops_per_phase
+
+    table = read_results(RUNS / "results.csv")
+    for name, plan_name in (("c021", "dp_small"), ("c013", "dp_small")):
+        row = table[(table["config_name"] == name) & (table["plan_name"] == plan_name)].iloc[0]
+        cfg, plan = load_pair(RUNS, row)
+        d = cfg.to_dict()
+        for t in d["tables"]:
+            t["num_embeddings"] = min(int(t["num_embeddings"]), 2000)
+        small = type(cfg).from_dict({**d, "batch_size_per_gpu": 32, "system": "local-cpu"})
+        recorded = host_ops_per_phase(small, plan)
+        counted = harness_host_op_counts(cfg, plan, "cpu")
+        for phase in ("lookup_fwd", "dense_fwd", "optimizer"):  # exact
+            assert recorded[phase] == counted[phase], (name, phase)
+        for phase in ("input_dist", "exchange_fwd", "backward"):
+            assert recorded[phase] == pytest.approx(counted[phase], rel=0.1), (name, phase)
+        total = sum(counted.values())
+        assert sum(recorded[p] for p in counted) == pytest.approx(total, rel=0.03), name
 
 
 def test_harness_work_on_cpus_is_data():

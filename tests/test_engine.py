@@ -273,6 +273,40 @@ def test_host_ops_and_launches_of_a_node_are_priced_by_the_overheads():
         TaskGraph(1).add(0, "host", "x", kind="cpu", host_ops=-1.0)
 
 
+def test_price_host_by_ops_replaces_the_category_lumps_with_counts():
+    """A builder's graph switched to the op-by-op host model: each kernel launch is one launch plus the host ops
+    given it, the per-iteration / optimizer.step / host-wait lumps only their host ops, a collective's launch keeps
+    its category; other nodes are untouched."""
+    def build() -> tuple[TaskGraph, dict[str, int]]:
+        g = TaskGraph(1)
+        ids = {"iter": g.add(0, "host", "iteration", kind="cpu", overhead="iteration")}
+        ids["k1"] = g.kernel(0, "k1", duration_us=4.0)
+        ids["wait"] = g.add(0, "host", "wait", kind="cpu", overhead="kernel_launch", deps=[ids["k1"]])
+        ids["step"] = g.add(0, "host", "optimizer.step", kind="cpu", overhead="optimizer_step")
+        ids["k2"] = g.kernel(0, "k2", duration_us=4.0)
+        ids["coll"] = g.collective("ar", [0], duration_us=3.0)[0]
+        ids["fixed"] = g.add(0, "host", "fixed", kind="cpu", duration_us=7.0)
+        return g, ids
+
+    o = Overheads(kernel_launch_us=5.0, framework_us=10.0, collective_launch_us=15.0, optimizer_step_us=80.0,
+                  iteration_us=100.0, host_op_us=3.0)
+    g, ids = build()
+    before = simulate(g, overheads=o).durations
+    g.price_host_by_ops({ids["k1"] - 1: 4.0, ids["wait"]: 2.0, ids["step"]: 1.0, ids["coll"] - 1: 2.0})
+    d = simulate(g, overheads=o).durations
+    assert d[ids["iter"]] == pytest.approx(0.0) and before[ids["iter"]] == pytest.approx(100.0)
+    assert d[ids["k1"] - 1] == pytest.approx(4 * 3.0 + 5.0)  # 4 host ops + 1 launch; was 15 (launch + dispatch)
+    assert d[ids["k2"] - 1] == pytest.approx(5.0)  # a launch given no host op: the launch alone
+    assert d[ids["wait"]] == pytest.approx(6.0) and d[ids["step"]] == pytest.approx(3.0)
+    assert d[ids["coll"] - 1] == pytest.approx(15.0 + 6.0)  # the collective's launch keeps its 15 us
+    assert d[ids["fixed"]] == pytest.approx(7.0) and d[ids["k1"]] == pytest.approx(4.0)
+    g, ids = build()
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        g.price_host_by_ops({len(g) + 5: 1.0})
+    with pytest.raises(InvalidInputError, match="host_ops"):
+        g.price_host_by_ops({ids["wait"]: -1.0})
+
+
 def test_overheads_fit_recovers_the_host_op_cost_of_traced_steps(catalog):
     """Steps of 2-12 host ops per kernel measured with 7 us per op: the fit finds 7 us (its default is 5.7)."""
     graphs = [_host_op_graph(k).compile() for k in (2.0, 4.0, 8.0, 12.0)]

@@ -405,7 +405,8 @@ def _build_dense_module(torch: Any, config: DLRMConfig, layout: Layout, dtype: A
     return DenseArch()
 
 
-def _exchange_functions(torch: Any, dist: Any, group: Any, timer: dict[str, float]) -> tuple[Any, Any]:
+def _exchange_functions(torch: Any, dist: Any, group: Any, timer: dict[str, float],
+                        clock: Callable[[], float] = time.perf_counter) -> tuple[Any, Any]:
     """Autograd functions for the pooled-embedding exchanges (backward = transposed collective)."""
 
     class AllToAll(torch.autograd.Function):
@@ -419,10 +420,10 @@ def _exchange_functions(torch: Any, dist: Any, group: Any, timer: dict[str, floa
         @staticmethod
         def backward(ctx: Any, grad: Any) -> Any:
             in_splits, out_splits = ctx.splits
-            t0 = time.perf_counter()
+            t0 = clock()
             out = grad.new_empty(sum(in_splits))
             dist.all_to_all_single(out, grad.contiguous(), in_splits, out_splits, group=group)
-            timer["exchange_bwd"] += time.perf_counter() - t0
+            timer["exchange_bwd"] += clock() - t0
             return out, None, None
 
     class ReduceScatter(torch.autograd.Function):
@@ -435,11 +436,11 @@ def _exchange_functions(torch: Any, dist: Any, group: Any, timer: dict[str, floa
 
         @staticmethod
         def backward(ctx: Any, grad: Any) -> Any:
-            t0 = time.perf_counter()
+            t0 = clock()
             g = grad.contiguous()
             out = g.new_empty((g.shape[0] * ctx.world, g.shape[1]))
             dist.all_gather_into_tensor(out, g, group=group)
-            timer["exchange_bwd"] += time.perf_counter() - t0
+            timer["exchange_bwd"] += clock() - t0
             return out, None
 
     return AllToAll, ReduceScatter
@@ -504,8 +505,10 @@ def _input_payloads(config: DLRMConfig, layout: Layout, me: int, b: int, slot: i
 
 
 def _run_plan(torch: Any, dist: Any, groups: tuple[Any, Any, Any], rank: int, config: DLRMConfig,
-              layout: Layout, opts: HarnessOptions, dev: Any) -> dict[str, Any]:
-    """Train ``iters + warmup`` iterations of one placement on this rank; returns its iteration times."""
+              layout: Layout, opts: HarnessOptions, dev: Any,
+              clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """Train ``iters + warmup`` iterations of one placement on this rank; returns its iteration times.
+    ``clock`` reads the time at every phase boundary (:func:`host_ops_per_phase` marks them in a profile)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     world = layout.world
@@ -554,8 +557,8 @@ def _run_plan(torch: Any, dist: Any, groups: tuple[Any, Any, Any], rank: int, co
             x.to(dev, dtype), y.to(dev)))
 
     timer = dict.fromkeys(PHASES, 0.0)
-    AllToAll, _ = _exchange_functions(torch, dist, groups[1], timer)
-    _, ReduceScatter = _exchange_functions(torch, dist, groups[2], timer)
+    AllToAll, _ = _exchange_functions(torch, dist, groups[1], timer, clock)
+    _, ReduceScatter = _exchange_functions(torch, dist, groups[2], timer, clock)
     a2a_cols = layout.a2a_dims
     in_splits = [b * a2a_cols[rank]] * world
     out_splits = [b * a2a_cols[src] for src in range(world)]
@@ -574,13 +577,13 @@ def _run_plan(torch: Any, dist: Any, groups: tuple[Any, Any, Any], rank: int, co
     ends = np.zeros(total + 1)
     phase_samples = {k: np.zeros(total) for k in PHASES}
     sync()
-    ends[0] = time.perf_counter()
+    ends[0] = clock()
     loss = None
     first_loss = float("nan")
     for it in range(total):
         timer["exchange_bwd"] = 0.0
         hdr_send, hdr_splits, payload, pay_splits, dp_inputs, x, y = pool[it % len(pool)]
-        t0 = time.perf_counter()
+        t0 = clock()
         # ---- input distribution: value counts, then lengths + indices, each one all_to_all_single
         fused_inputs = []
         if use_input:
@@ -604,11 +607,11 @@ def _run_plan(torch: Any, dist: Any, groups: tuple[Any, Any, Any], rank: int, co
                 offsets = torch.cumsum(lens, 0) - lens
                 fused_inputs.append((vals, offsets))
                 k0 = k1
-        t1 = time.perf_counter()
+        t1 = clock()
         # ---- lookups of the global batch: bags ordered (source rank, piece, sample)
         outs = [emb(v, o).view(world, len(ps), b, dim)
                 for emb, (v, o), (dim, ps) in zip(embs, fused_inputs, fused, strict=True)]
-        t2 = time.perf_counter()
+        t2 = clock()
         sparse_feats: dict[int, Any] = {}
         per_table: dict[int, list[tuple[int, Any]]] = {t: [] for t in mp_tables}
         if use_a2a:  # pooled table-/column-wise outputs: each destination gets its b rows of every piece
@@ -653,21 +656,21 @@ def _run_plan(torch: Any, dist: Any, groups: tuple[Any, Any, Any], rank: int, co
         for t in mp_tables:
             pieces = sorted(per_table[t], key=lambda cp: cp[0])
             sparse_feats[t] = pieces[0][1] if len(pieces) == 1 else torch.cat([q for _, q in pieces], dim=1)
-        t3 = time.perf_counter()
+        t3 = clock()
         logits = ddp(x, dp_inputs, sparse_feats)
         loss = loss_fn(logits.float(), y)
         if it == 0:
             first_loss = float(loss.detach())
-        t4 = time.perf_counter()
+        t4 = clock()
         loss.backward()
-        t5 = time.perf_counter()
+        t5 = clock()
         if sparse_opt is not None:
             sparse_opt.step()
             sparse_opt.zero_grad(set_to_none=True)
         dense_opt.step()
         dense_opt.zero_grad(set_to_none=True)
         sync()
-        t6 = time.perf_counter()
+        t6 = clock()
         ends[it + 1] = t6
         for k, v in zip(("input_dist", "lookup_fwd", "exchange_fwd", "dense_fwd", "backward", "optimizer"),
                         (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5), strict=True):
@@ -747,6 +750,80 @@ def _worker_entry(rank: int, *args: Any) -> None:
             traceback.extract_tb(exc.__traceback__)
         where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
         raise RuntimeError(f"rank {rank}: {type(exc).__name__}: {exc}{where}") from None
+
+
+#: Name of the zero-length annotation :func:`host_ops_per_phase` records at every phase boundary.
+PHASE_MARK = "hybrid.dlrm_harness.phase_mark"
+#: Profiler event categories that are host ops (what :mod:`hybrid.data.traces.parse` keeps on host threads and the
+#: trace engine's host model counts, one ``host_op_us`` each).
+HOST_OP_CATEGORIES = ("cpu_op", "user_annotation")
+
+
+def host_ops_per_phase(config: DLRMConfig, plan: ShardingPlan, iters: int = 3, seed: int = 0) -> dict[str, float]:
+    """Host ops one training iteration of this harness records per phase (:data:`PHASES`, ``exchange_bwd`` inside
+    ``backward``; ``between``: after the optimizer until the next iteration): ATen ops, autograd nodes and
+    ``record_function`` annotations at every nesting level, on the training thread. Recorded with ``torch.profiler``
+    on the harness's own loop (``_run_plan``: one rank, gloo, this machine's CPU), its phase boundaries marked through
+    the loop's clock; the median over ``iters`` iterations after one warm-up (DDP rebuilds its buckets in the first
+    timed one). What an op does inside (its nested ops) is the CPU's kernels', which a GPU's may not share
+    (:data:`hybrid.workloads.dlrm_graph.HARNESS_HOST_OPS`). Table rows and batch size change almost nothing (a few
+    data-dependent ops): shrink them to keep it quick.
+
+    Runs in this process; refuses where a default process group already exists (it would be replaced)."""
+    import json
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+
+    if iters < 1:
+        raise InvalidInputError(f"iters must be >= 1, got {iters}")
+    if dist.is_initialized():
+        raise InvalidInputError("host_ops_per_phase starts its own one-rank process group: this process already has one")
+    layout = build_layout(config, plan, 1)
+    opts = HarnessOptions(iters=iters, warmup=1, index_pool=1, seed=seed)
+
+    def clock() -> float:
+        with torch.profiler.record_function(PHASE_MARK):
+            pass
+        return time.perf_counter()
+
+    with tempfile.TemporaryDirectory(prefix="hybrid-host-ops-") as tmp:
+        dist.init_process_group("gloo", store=dist.FileStore(str(Path(tmp) / "store"), 1), rank=0, world_size=1)
+        try:
+            groups = tuple(dist.new_group([0], backend="gloo") for _ in range(3))
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                _run_plan(torch, dist, groups, 0, config, layout, opts, torch.device("cpu"), clock)
+        finally:
+            dist.destroy_process_group()
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = [e for e in json.loads(trace.read_text())["traceEvents"]
+                  if e.get("ph") == "X" and e.get("cat") in HOST_OP_CATEGORIES]
+    marks = [e for e in events if e["name"] == PHASE_MARK]
+    main = marks[0]["tid"]
+    ops = [e for e in events if e["tid"] == main and e["name"] != PHASE_MARK]
+    # the loop's own marks are top level; the exchange's backward marks lie inside autograd nodes
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in ops)
+    starts = np.array([a for a, _ in spans])
+    ends = np.maximum.accumulate(np.array([b for _, b in spans])) if spans else np.zeros(0)
+
+    def nested(ts: float) -> bool:
+        k = int(np.searchsorted(starts, ts, side="right")) - 1
+        return k >= 0 and ends[k] > ts
+
+    top = sorted(float(m["ts"]) for m in marks if m["tid"] == main and not nested(float(m["ts"])))
+    names = ("input_dist", "lookup_fwd", "exchange_fwd", "dense_fwd", "backward", "optimizer", "between")
+    if len(top) != 1 + 7 * (opts.warmup + iters):
+        raise HarnessError(f"expected {1 + 7 * (opts.warmup + iters)} phase marks in the profile, found {len(top)}")
+    ts = np.array([float(e["ts"]) for e in ops])
+    per_iter: dict[str, list[float]] = {k: [] for k in names}
+    for it in range(opts.warmup, opts.warmup + iters):
+        bounds = top[1 + 7 * it: 8 + 7 * it] + ([top[8 + 7 * it]] if it + 1 < opts.warmup + iters else [np.inf])
+        phase = np.searchsorted(np.array(bounds), ts, side="right") - 1
+        for k, name in enumerate(names):
+            per_iter[name].append(float(np.sum(phase == k)))
+    return {k: float(statistics.median(v)) for k, v in per_iter.items()}
 
 
 def default_threads(ranks: int) -> int:

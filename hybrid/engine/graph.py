@@ -122,6 +122,7 @@ class TaskGraph:
     _scale: list[float] = field(default_factory=list)
     _interference: set[int] = field(default_factory=set)
     _host_counts: dict[int, tuple[float, float]] = field(default_factory=dict)
+    _kernel_launches: set[int] = field(default_factory=set)
     #: phase given to the nodes added from now on ("" = none); builders set it as they go
     phase: str = ""
     #: the host waits for every kernel it launches before launching the next (eager execution on a CPU device:
@@ -264,6 +265,7 @@ class TaskGraph:
         if self.synchronous_host:
             host_deps = [*host_deps, self.last(rank, stream)]
         launch = self.add(rank, HOST, f"launch {name}", kind="cpu", overhead="kernel_launch", deps=host_deps)
+        self._kernel_launches.add(launch)
         return self.add(rank, stream, name, op=op, duration_us=duration_us, deps=[launch, *deps], kind="compute",
                         args=args, _scale=scale)
 
@@ -328,6 +330,31 @@ class TaskGraph:
                                                 duration_us=duration_us, deps=own, kind="comm", _group=gid,
                                                 _scale=1.0 - comm_overlap))
         return out
+
+    def price_host_by_ops(self, host_ops: Mapping[int, float]) -> None:
+        """Price the host side op by op (:attr:`~hybrid.engine.overheads.Overheads.host_op_us` per host op,
+        ``kernel_launch_us`` per kernel launch), as a traced GPU step's host is (``host="model"``): every kernel launch
+        of :meth:`kernel` becomes one launch plus the host ops ``host_ops`` gives its node; every other node of the
+        ``kernel_launch``, ``optimizer_step`` and ``iteration`` categories (a host wait, ``optimizer.step()``, the
+        per-iteration work) only the host ops given (0 where none): the category's lump stood for that host work.
+        Collective launches keep their category (the communication call's host side) plus any host ops given."""
+        lumps = {OVERHEAD_CATEGORIES.index(c) for c in ("kernel_launch", "optimizer_step", "iteration")}
+        none = OVERHEAD_CATEGORIES.index("none")
+        for nid, n in host_ops.items():
+            if not 0 <= nid < len(self._names):
+                raise InvalidInputError(f"host ops given for node {nid}, which does not exist")
+            _check_duration(f"node {self._names[nid]!r} host_ops", n)
+        for nid in range(len(self._names)):
+            if self._overhead[nid] not in lumps and nid not in host_ops:
+                continue
+            ops = float(host_ops.get(nid, 0.0)) + self._host_counts.get(nid, (0.0, 0.0))[0]
+            launches = 1.0 if nid in self._kernel_launches else self._host_counts.get(nid, (0.0, 0.0))[1]
+            if self._overhead[nid] in lumps:
+                self._overhead[nid] = none
+            if ops or launches:
+                self._host_counts[nid] = (ops, launches)
+            else:
+                self._host_counts.pop(nid, None)
 
     def last(self, rank: int, stream: str) -> int | None:
         """The most recent node on ``(rank, stream)`` (None if the stream is empty)."""

@@ -213,6 +213,105 @@ HARNESS_WORK: dict[str, tuple[str, ...]] = {
 }
 HARNESS_GPU_WORK = HARNESS_WORK["gpu"]
 
+#: Host ops one iteration of :mod:`hybrid.bench.dlrm_harness` issues on one GPU, per element of the config: ATen ops,
+#: autograd nodes and ``record_function`` annotations at every nesting level, what the trace engine's host model counts
+#: and prices at :attr:`~hybrid.engine.overheads.Overheads.host_op_us` each (``DEFAULT_HOST_OP_US``, fitted on traced
+#: H100 / H200 training steps, nothing of it on DLRM). Counted with ``torch.profiler`` on the harness's own training
+#: loop (``_run_plan``, one rank, torch 2.13 on a CPU: ``experiments/dlrm_validation/harness_host_ops.py``) for the 52
+#: (config, plan) pairs of ``datasets/dlrm-h100-1gpu`` and ``dlrm-h200-1gpu``, phase by phase: with what only a CPU's
+#: kernels run added (:data:`HARNESS_CPU_EXTRA_OPS`), the integer formulas below give the recorded phases exactly
+#: (lookup, dense forward, optimizer) or within 0.3% (input distribution), 1.1% (backward, at most 22 of 500-1,200
+#: ops) and 5.5% (exchange: a CPU's ``cat`` records 12 nested ops in some runs) on average; 1.0% of a whole iteration
+#: (median 1,397 ops). What each stands for, read off the recorded op trees:
+#:
+#: * ``input_dist`` 28 + 21 per fused table: the two ``all_to_all_single``, ``.cpu()`` of the counts, ``split``; per
+#:   fused table the ``cat`` of lengths and of values (``int()`` of two starts each), ``cumsum - lens``;
+#: * ``lookup_per_group`` 7: one ``EmbeddingBag`` call and its ``view``. The CPU records 25: its ``_embedding_bag``
+#:   runs 22 nested ops; CUDA's ``_embedding_bag_cuda`` allocates four outputs (``at::empty``) and launches one kernel;
+#: * ``exchange`` 9 (the ``AllToAll`` call, the send buffer's ``reshape(-1)``, the received block's slice and view) +
+#:   2 per model-parallel table (``block[:, a:b]``: slice + as_strided) + 8 / 4 per fused table (``permute`` and
+#:   ``reshape``: a copy when it holds several tables, a view for one) + 1 for the ``cat`` of several (a CPU's ``cat``
+#:   records 12 nested ops more in some runs);
+#: * ``dense_fwd`` 28 (DDP forward, BCE-with-logits) + 12 per linear layer (linear + ReLU) + 7 per replicated fused
+#:   table (its ``EmbeddingBag`` call, as above; the CPU 25) + 2 per replicated table (its ``out[j]``) + 3 per table
+#:   (the interaction's stack / cat input) + 20 for ``dot``;
+#: * ``backward`` 15 + 14 per model-parallel table (``SliceBackward0``: zeros + slice + copy_, its share of the
+#:   ``CatBackward0`` narrows, the accumulation) + 10 per replicated table + 58 per fused table
+#:   (``EmbeddingBagBackward0``: the sparse gradient, ``AccumulateGrad``, the exchange's permute/reshape backward) +
+#:   37 per replicated fused table + 53 per linear layer (``AddmmBackward0``, ``TBackward0``, ReLU backward, two
+#:   ``AccumulateGrad`` with DDP's bucket copy) + 4 for ``dot``. The CPU records 16 more per fused table: its forward
+#:   leaves ``offset2bag`` empty, so ``_embedding_bag_backward`` rebuilds it (``new_zeros``, ``ones_like``,
+#:   ``index_add_``, ``cumsum``, ...); CUDA's forward fills it and the backward skips that branch;
+#: * ``optimizer`` 4 (``step`` / ``zero_grad`` annotations) + per fused table 12 (sparse SGD: ``param.add_(grad)`` on
+#:   a sparse COO gradient) or 148 (sparse Adagrad: coalesce, ``pow``, ``sparse_mask``, ``sqrt_``, ``div``, three
+#:   sparse ``add_``);
+#: * the dense step: on a GPU ``torch.optim`` runs its multi-tensor (``foreach``) path, one ``_foreach_add_`` for SGD;
+#:   Adagrad 6 ``_foreach`` ops and per parameter 3 (its step count's CPU ``add_`` and ``.item()``), read off
+#:   ``torch.optim`` (a CPU runs the per-tensor loop: 1 op per parameter for SGD, 15 for Adagrad).
+#:
+#: The sparse updates' nested ops are the CPU's (CUDA's sparse ``add_`` / ``coalesce`` run their own); kernel launches
+#: are counted one per kernel node of the graph.
+HARNESS_HOST_OPS: dict[str, float] = {
+    "input_dist": 28, "input_dist_per_group": 21, "lookup_per_group": 7,
+    "exchange": 9, "exchange_per_table": 2, "exchange_per_group": 8, "exchange_per_single_group": 4, "exchange_cat": 1,
+    "dense_fwd": 28, "dense_fwd_per_layer": 12, "dense_fwd_per_dp_group": 7, "dense_fwd_per_dp_table": 2,
+    "dense_fwd_per_table": 3, "dense_fwd_dot": 20,
+    "backward": 15, "backward_per_mp_table": 14, "backward_per_dp_table": 10, "backward_per_group": 58,
+    "backward_per_dp_group": 37, "backward_per_layer": 53, "backward_dot": 4,
+    "optimizer": 4, "sparse_sgd_per_group": 12, "sparse_adagrad_per_group": 148,
+    "dense_sgd_foreach": 1, "dense_adagrad_foreach": 6, "dense_adagrad_per_param": 3,
+}
+#: Host ops the CPU records beyond :data:`HARNESS_HOST_OPS` (what a CPU's ATen kernels run that CUDA's do not), so
+#: the two can be checked against a CPU profile of the harness: per ``EmbeddingBag`` call forward, per fused table
+#: backward (the ``offset2bag`` rebuild), and the dense step's per-tensor loop instead of ``foreach``.
+HARNESS_CPU_EXTRA_OPS: dict[str, float] = {"embedding_bag_fwd": 18, "embedding_bag_bwd": 16}
+
+def harness_host_op_counts(config: DLRMConfig, plan: ShardingPlan, device_kind: str = "gpu") -> dict[str, float]:
+    """Host ops of one :mod:`hybrid.bench.dlrm_harness` iteration on one rank per harness phase
+    (:data:`HARNESS_HOST_OPS`; ``device_kind="cpu"``: with what a CPU's kernels record beyond a GPU's,
+    :data:`HARNESS_CPU_EXTRA_OPS`, and the dense step's per-tensor loop), the totals the graph's host nodes carry
+    (:func:`build_dlrm_graph` with ``harness=True`` on a GPU) and what
+    :func:`hybrid.bench.dlrm_harness.host_ops_per_phase` records on a CPU. One rank only (the counts were read off
+    one-rank profiles): :class:`InvalidInputError` for more."""
+    if device_kind not in ("gpu", "cpu"):
+        raise InvalidInputError(f"device_kind must be 'gpu' or 'cpu', got {device_kind!r}")
+    if config.gpus != 1:
+        raise InvalidInputError(f"harness host-op counts are for one rank, the config has {config.gpus}")
+    plan.validate(config)
+    h, cpu = HARNESS_HOST_OPS, device_kind == "cpu"
+    x = HARNESS_CPU_EXTRA_OPS if cpu else dict.fromkeys(HARNESS_CPU_EXTRA_OPS, 0.0)
+    mp = defaultdict(int)
+    dp = defaultdict(int)
+    for t in config.tables:
+        (dp if plan[t.name].type == "data_parallel" else mp)[t.embedding_dim] += 1
+    G, Gd, Tmp, Td, T = len(mp), len(dp), sum(mp.values()), sum(dp.values()), config.num_tables
+    nl = len(config.bottom_mlp) + len(config.top_mlp)
+    dot = 1.0 if config.interaction == "dot" else 0.0
+    P = 2 * nl + Gd  # weights and biases of every linear layer (the harness's nn.Linear), one weight per dp table
+    sgd = config.optimizer == "sgd"
+    if cpu:
+        dense = P * (1.0 if sgd else 15.0)
+    else:
+        dense = h["dense_sgd_foreach"] if sgd else h["dense_adagrad_foreach"] + h["dense_adagrad_per_param"] * P
+    emb_fwd = h["lookup_per_group"] + x["embedding_bag_fwd"]
+    return {
+        "input_dist": (h["input_dist"] + h["input_dist_per_group"] * G) if G else 0.0,
+        "lookup_fwd": emb_fwd * G,
+        "exchange_fwd": (h["exchange"] + h["exchange_per_table"] * Tmp + h["exchange_cat"] * (G > 1)
+                         + sum(h["exchange_per_group"] if n > 1 else h["exchange_per_single_group"]
+                               for n in mp.values())) if G else 0.0,
+        "dense_fwd": (h["dense_fwd"] + h["dense_fwd_per_layer"] * nl + (emb_fwd - h["lookup_per_group"]
+                      + h["dense_fwd_per_dp_group"]) * Gd + h["dense_fwd_per_dp_table"] * Td
+                      + h["dense_fwd_per_table"] * T + h["dense_fwd_dot"] * dot),
+        "backward": (h["backward"] + h["backward_per_mp_table"] * Tmp + h["backward_per_dp_table"] * Td
+                     + (h["backward_per_group"] + x["embedding_bag_bwd"]) * G
+                     + (h["backward_per_dp_group"] + x["embedding_bag_bwd"]) * Gd
+                     + h["backward_per_layer"] * nl + h["backward_dot"] * dot),
+        "optimizer": (h["optimizer"] + (h["sparse_sgd_per_group"] if sgd else h["sparse_adagrad_per_group"]) * G
+                      + dense),
+    }
+
+
 #: Nominal PCIe x16 bandwidth per direction (bytes/s) by generation (PCI-SIG: 2.5/5 GT/s per lane with 8b/10b,
 #: 8/16/32 GT/s with 128b/130b, 64/128 GT/s PAM4 with FLIT encoding); every generation a catalog entry may name
 #: (:data:`hybrid.hardware.device.PCIE_GENERATIONS`): gen 1, 2 and 7 read as gen4 before.
@@ -409,7 +508,9 @@ def build_dlrm_graph(
     ``harness`` adds, on GPUs, what :mod:`hybrid.bench.dlrm_harness` runs beyond the TorchRec-style iteration
     (see :data:`HARNESS_GPU_WORK`): the input distribution and the pooled exchange also on one rank, the host
     waiting for the value counts and for every sparse-gradient coalesce, and the per-table views of the
-    received block with their backward (zeros + accumulate of the whole block per table).
+    received block with their backward (zeros + accumulate of the whole block per table); on one GPU it also prices
+    the harness's eager host op by op, as traced GPU steps are (:data:`HARNESS_HOST_OPS` at ``host_op_us``, one
+    ``kernel_launch_us`` per kernel: :meth:`~hybrid.engine.graph.TaskGraph.price_host_by_ops`).
     """
     plan = plan if plan is not None else config.plan
     if plan is None:
@@ -549,18 +650,35 @@ def build_dlrm_graph(
         g.add(r, HOST, "iteration host work", kind="cpu", overhead="iteration")
     unpacked: dict[int, int] = {}
     work = set(HARNESS_WORK.get(target.device.kind, ())) if harness else set()
+    # the harness's eager host on a GPU, op by op (HARNESS_HOST_OPS at host_op_us, one launch per kernel), as a traced
+    # GPU step's host is priced; a CPU keeps the per-category overheads (its host runs the kernels themselves), and so
+    # do several GPUs: the counts were read off one-rank profiles (the input distribution and the exchanges loop over
+    # the source ranks, row- and column-wise pieces add their own ops)
+    host_model = harness and target.device.kind == "gpu" and R == 1
+    host_note = ("harness host priced per category (launch + dispatch per kernel): its op-by-op counts "
+                 "(HARNESS_HOST_OPS) are one rank's") if harness and target.device.kind == "gpu" and R > 1 else None
+    host_at: dict[int, float] = defaultdict(float)
+    hops = HARNESS_HOST_OPS
+
+    def charge(r: int, n: float) -> None:
+        """``n`` host ops of the harness on the latest host node of rank ``r`` (the launch they precede)."""
+        if host_model and n:
+            host_at[g.last(r, HOST)] += float(n)
     one_rank = R == 1 and has_sharded and "single-rank input distribution and exchange" in work
     if one_rank:  # NCCL / gloo on one rank: its own chunk is copied (and on a GPU the counts read back)
         own_idx = sum(B * (p.pooling + 1.0) * INDEX_BYTES for p in pieces if p.type != "data_parallel")
         g.add(0, HOST, "launch input_dist all_to_all (value counts, one rank)", kind="cpu",
               overhead="collective_launch")
         counts_k = g.kernel(0, "input_dist value counts (local copy)", copy(max(n_groups_of[0], 1) * INDEX_BYTES / eb))
+        charge(0, 4)  # torch.empty + the all_to_all_single call
         if "value-count host wait" in work:
             g.add(0, HOST, "input_dist value counts to host (.cpu(): waits for the GPU)", kind="cpu",
                   overhead="kernel_launch", deps=[counts_k])
+            charge(0, 4)  # .cpu(): to, _to_copy, empty_strided, copy_
         g.add(0, HOST, "launch input_dist all_to_all (one rank)", kind="cpu", overhead="collective_launch")
         payload_k = g.kernel(0, "input_dist payload (local copy)", copy(own_idx / eb))
         unpacked[0] = g.kernel(0, "input_dist unpack", copy(own_idx / eb), deps=[payload_k])
+        charge(0, hops["input_dist"] - 8 + hops["input_dist_per_group"] * n_groups_of[0])
     if R > 1 and has_sharded and float(vol.input_send.max()) > 0:
         counts = coll("input_dist all_to_all (value counts)",
                       [cop("all_to_all", R * max(n_groups_of[r], 1) * INDEX_BYTES, R) for r in all_ranks],
@@ -576,6 +694,7 @@ def build_dlrm_graph(
         for r in all_ranks:  # torch.cat of every source's chunk per fused table (int64 -> bytes as dtype elements)
             recv = float(vol.input_recv[r]) + float(vol.input_send[r]) / max(R, 1)
             unpacked[r] = g.kernel(r, "input_dist unpack", copy(recv / eb), deps=[payload[r]])
+            charge(r, hops["input_dist"] + hops["input_dist_per_group"] * n_groups_of[r])
 
     # ---- lookups of the sharded tables (global batch) -------------------------------------------------------
     g.phase = "lookup_fwd"
@@ -589,6 +708,7 @@ def build_dlrm_graph(
                                 deps=[unpacked.get(r)] if r in unpacked else [],
                                 args={"tables": ",".join(grp["tables"][:50])},
                                 duration_us=host_us(grp, lookups(grp)))  # one row read per lookup
+                charge(r, hops["lookup_per_group"])
         lookup_done[r] = last
         if cast_outputs and pooled[r] > 0:
             lookup_done[r] = g.kernel(r, f"embedding output cast ({lo_dt} -> {dt})", cast(pooled[r], "fwd"),
@@ -602,6 +722,17 @@ def build_dlrm_graph(
 
     # ---- output distribution ---------------------------------------------------------------------------------
     g.phase = "exchange_fwd"
+    # harness host ops: per fused table its permute + reshape (+ cat), then per received table its column view
+    n_mp_tables = sum(1 for t in config.tables if plan[t.name].type != "data_parallel")
+
+    def pack_ops(r: int) -> float:  # (the send buffer's reshape(-1) and, for several fused tables, their cat)
+        mine = [grp["num_tables"] for grp in groups[r] if grp["sharded"]]
+        return (sum(hops["exchange_per_group"] if n > 1 else hops["exchange_per_single_group"] for n in mine)
+                + 2 + hops["exchange_cat"] * (len(mine) > 1))
+
+    def received_ops() -> float:  # the AllToAll call, the received block's slice and view, one column view per table
+        return hops["exchange"] - 2 + hops["exchange_per_table"] * n_mp_tables
+
     out_a2a: dict[int, int] = {}
     rs: dict[int, int] = {}
     exchanged: dict[int, list[int]] = {r: [] for r in all_ranks}
@@ -622,15 +753,18 @@ def build_dlrm_graph(
             exchanged[r] = [n for n in (out_a2a.get(r), rs.get(r)) if n is not None]
             if cw_cols[r] > 0:
                 exchanged[r] = [g.kernel(r, "column_wise reassemble", copy(B * cw_cols[r]), deps=exchanged[r])]
+            charge(r, pack_ops(r) + received_ops())
     elif one_rank and a2a_cols[0] > 0:
         # one rank: the pooled outputs are still packed (permute+reshape per fused table, then one cat) and sent
         # to itself by NCCL (a local copy)
         n_mp_groups = int(n_groups_of[0])
         last = g.kernel(0, "output_dist pack", copy(B * a2a_cols[0]), deps=[lookup_done[0]])
+        charge(0, pack_ops(0))
         if n_mp_groups > 1:
             last = g.kernel(0, "output_dist pack (cat)", copy(B * a2a_cols[0]))
         g.add(0, HOST, "launch output_dist all_to_all (one rank)", kind="cpu", overhead="collective_launch")
         exchanged[0] = [g.kernel(0, "output_dist all_to_all (local copy)", copy(B * a2a_cols[0]), deps=[last])]
+        charge(0, received_ops())
 
     # ---- dense forward (DDP module): bottom MLP, data-parallel lookups, interaction, top MLP, loss ----------
     g.phase = "dense_fwd"
@@ -653,6 +787,7 @@ def build_dlrm_graph(
                     if not grp["sharded"]:
                         g.kernel(r, f"embedding fwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
                                  emb(grp, "fwd"))
+                        charge(r, hops["dense_fwd_per_dp_group"] + hops["dense_fwd_per_dp_table"] * grp["num_tables"])
                         if cast_outputs:
                             g.kernel(r, f"embedding dp output cast ({lo_dt} -> {dt})",
                                      cast(grp["batch_size"] * grp["num_tables"] * grp["embedding_dim"], "fwd"))
@@ -661,15 +796,19 @@ def build_dlrm_graph(
                     g.kernel(r, "interaction stack", copy(B * (d_out + emb_cols)), deps=deps)
                     g.kernel(r, "interaction bmm", kop("bmm", b=B, m=F, n=F, k=d_out))
                     g.kernel(r, "interaction tril+cat", copy(B * config.interaction_features))
+                    charge(r, hops["dense_fwd_dot"])
                 else:
                     g.kernel(r, "interaction cat", copy(B * config.interaction_features), deps=deps)
+                charge(r, hops["dense_fwd_per_table"] * config.num_tables)
             g.kernel(r, f"{name} fwd linear", kop("linear", b=1, m=B, n=fout, k=fin, direction="fwd"))
+            charge(r, hops["dense_fwd_per_layer"])
             if cross_end(i):
                 g.kernel(r, f"{name} cross x0*y+x", kop("elementwise", variant="mul", elements=B * fout, n_inputs=3,
                                                          flops_per_element=2))
             if has_act(i):
                 g.kernel(r, f"{name} fwd relu", kop("elementwise", variant="relu", elements=B * fout))
         g.kernel(r, "loss fwd", kop("elementwise", variant="sigmoid", elements=B))
+        charge(r, hops["dense_fwd"])
 
     # ---- backward with DDP buckets ---------------------------------------------------------------------------
     g.phase = "backward"
@@ -699,16 +838,18 @@ def build_dlrm_graph(
         if p.type in ("table_wise", "column_wise"):
             views_from[p.rank] += 1
 
-    def slice_gradients(r: int, blocks: list[tuple[str, int, float]], last: int | None) -> int | None:
+    def slice_gradients(r: int, blocks: list[tuple[str, int, float]], last: int | None,
+                        ops_per_view: list[float] | None = None) -> int | None:
         """Per view of a block (``(what, views, elements of the whole block)``): a zero gradient of the whole
         block, the slice copied in, accumulated into the block's gradient (the first one is taken as is). These
         are the same fill/copy/add kernels as in a forward pass, so their rows say ``direction="fwd"`` (the
-        profile's)."""
-        for what, n_views, elems in blocks:
+        profile's). ``ops_per_view``: the harness's host ops of one view's backward, per block."""
+        for b, (what, n_views, elems) in enumerate(blocks):
             for j in range(n_views):
                 g.kernel(r, f"feature slice bwd zeros ({what})", kop("elementwise", variant="zeros", n_inputs=0,
                                                                      n_outputs=1, flops_per_element=0,
                                                                      elements=_round(elems)), deps=[last])
+                charge(r, ops_per_view[b] if ops_per_view else 0.0)
                 last = g.kernel(r, f"feature slice bwd copy ({what})", copy(elems / max(n_views, 1)))
                 if j > 0:
                     last = g.kernel(r, f"feature slice bwd accumulate ({what})",
@@ -720,11 +861,14 @@ def build_dlrm_graph(
         gradients, of the reduce-scatter output: one view per row-wise table)."""
         blocks = [(f"block from rank {s}", int(views_from[s]), B * a2a_cols[s]) for s in all_ranks
                   if views_from[s] > 0 and a2a_cols[s] > 0]
+        ops = [hops["backward_per_mp_table"]] * len(blocks)
         blocks += [(f"dp group dim {grp['embedding_dim']}", int(grp["num_tables"]),
                     B * grp["num_tables"] * grp["embedding_dim"]) for grp in groups[r] if not grp["sharded"]]
+        ops += [hops["backward_per_dp_table"]] * (len(blocks) - len(ops))
         if "row-wise view gradients" in work and has_rw and R > 1:
             blocks.append(("row_wise reduce_scatter output", n_rw_tables, B * rw_width))
-        return slice_gradients(r, blocks, inter_bwd[r])
+            ops.append(hops["backward_per_mp_table"])
+        return slice_gradients(r, blocks, inter_bwd[r], ops)
 
     def owner_view_gradients(r: int, last: int | None) -> int | None:
         """Backward of the owner's views of its fused lookup output: ``out[:, j]`` per row-wise piece, plus
@@ -754,6 +898,7 @@ def build_dlrm_graph(
                          deps=[inter_bwd[r]])
             dp_bwd[r] = g.kernel(r, f"embedding bwd dp ({grp['num_tables']} tables, dim {grp['embedding_dim']})",
                                  row, deps=[inter_bwd[r]], scale=1.0 - float(update))
+            charge(r, hops["backward_per_dp_group"])
         if hybrid_embedding is not None and R > 1 and dp_bwd:
             # HugeCTR reduces the frequent embeddings' gradients in its grouped weight-gradient buffer, in the
             # same all-reduce as the dense layers
@@ -783,6 +928,7 @@ def build_dlrm_graph(
 
     for r in all_ranks:
         g.kernel(r, "loss bwd", kop("elementwise", variant="sigmoid", elements=B, direction="bwd"))
+        charge(r, hops["backward"])
     for i in range(n_layers - 1, -1, -1):
         name, fin, fout = layers[i]
         wgrad: dict[int, int] = {}
@@ -797,6 +943,7 @@ def build_dlrm_graph(
             if i > 0:  # the first bottom layer's input is data: no dgrad
                 g.kernel(r, f"{name} bwd dgrad", kop("gemm", b=1, m=B, n=fin, k=fout, direction="bwd"))
             wgrad[r] = g.kernel(r, f"{name} bwd wgrad", kop("gemm", b=1, m=fout, n=fin, k=B, direction="bwd"))
+            charge(r, hops["backward_per_layer"])
         pending.append(wgrad)
         pending_bytes += (fin * fout + config.layer_bias(name, fout)) * eb
         flush()
@@ -806,6 +953,7 @@ def build_dlrm_graph(
                     g.kernel(r, "interaction bwd tril+cat", copy(B * config.interaction_features, "bwd"))
                     g.kernel(r, "interaction bwd bmm", kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
                     g.kernel(r, "interaction bwd bmm 2", kop("bmm", b=B, m=F, n=d_out, k=F, direction="bwd"))
+                    charge(r, hops["backward_dot"])
                 inter_bwd[r] = g.kernel(r, "interaction bwd split", copy(B * (d_out + emb_cols), "bwd"))
                 if "per-table view gradients" in work:
                     inter_bwd[r] = view_gradients(r)
@@ -855,6 +1003,7 @@ def build_dlrm_graph(
                          emb(grp, "bwd", "sparse_sgd"),
                          deps=arrived,
                          scale=1.0 - SPARSE_SGD_UPDATE_SHARE)
+                charge(r, hops["backward_per_group"])
 
     # ---- optimizer: sparse update of the sharded tables, then the dense step over every DDP parameter -------
     g.phase = "optimizer"
@@ -865,6 +1014,7 @@ def build_dlrm_graph(
 
     for r in all_ranks:
         step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")
+        charge(r, hops["optimizer"])
         deps = [ar[r] for ar in allreduces if r in ar]
         dense_params = dense_tensors(r)
         params = dense_params + [float(grp["num_tables"] * grp["num_embeddings"] * grp["embedding_dim"])
@@ -896,6 +1046,7 @@ def build_dlrm_graph(
                                 host_deps=[step], scale=SPARSE_SGD_UPDATE_SHARE,
                                 duration_us=host_us(grp, grp["unique_rows"], host_update_passes("sgd"))
                                 / SPARSE_SGD_UPDATE_SHARE)
+                charge(r, hops["sparse_sgd_per_group"])
             else:  # coalesce (like the index-add of the backward) + dense Adagrad math over the coalesced rows
                 # the coalesce sorts and sums the sparse gradient, in GPU memory wherever the weights are
                 g.kernel(r, f"embedding {config.optimizer} coalesce", emb(grp, "bwd", "sparse_sgd"), deps=deps,
@@ -908,12 +1059,19 @@ def build_dlrm_graph(
             if "sparse coalesce host waits" in work:  # coalescing reads the unique-row count back to the host
                 step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)", kind="cpu",
                              overhead="kernel_launch", deps=[done])
+            if config.optimizer != "sgd":  # Adagrad's Python-level sparse math runs once the coalesce has returned
+                charge(r, hops["sparse_adagrad_per_group"])
         for j, (n, p_dt) in enumerate(zip(params, param_dtypes, strict=True)):
             g.kernel(r, "dense optimizer step", kop("elementwise", variant=config.optimizer, elements=_round(n),
                                                     dtype=p_dt),
                      deps=deps if j == 0 else (), host_deps=[step] if j == 0 else ())
+            if j == 0:  # the multi-tensor (foreach) step a GPU runs over every dense parameter
+                charge(r, hops["dense_sgd_foreach"] if config.optimizer == "sgd" else
+                       hops["dense_adagrad_foreach"] + hops["dense_adagrad_per_param"] * len(params))
+    if host_model:
+        g.price_host_by_ops(host_at)
     info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
             "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
             # where the collectives are priced, and what to know about it (a bare CPU device: its gloo system)
-            "collective_system": coll_system, "notes": [coll_note] if coll_note else []}
+            "collective_system": coll_system, "notes": [n for n in (coll_note, host_note) if n]}
     return DLRMIteration(g, config, plan, target, vol, pieces, info)
