@@ -1162,3 +1162,34 @@ def test_greedy_does_not_replicate_tables_to_dodge_the_sharded_plans_collectives
     t_greedy = evaluate_plan(c, greedy_plan(c, model), model).iteration_us
     t_lookup = evaluate_plan(c, lookup_greedy(c), model).iteration_us
     assert t_greedy <= 0.97 * t_lookup, (t_greedy, t_lookup)
+
+
+def _three_tables(gpus: int, batch: int, **extra) -> tuple[DLRMConfig, RooflineCostModel, object]:
+    """Three tables of mixed dims on DGX-H100 ranks and their cost tables (roofline)."""
+    from hybrid.sharding.search import _placeable_costs
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": gpus, "batch_size_per_gpu": batch, "interaction": "cat",
+                              "tables": [{"name": "a", "num_embeddings": 2_000_000, "pooling_factor": 20},
+                                         {"name": "b", "num_embeddings": 1000, "pooling_factor": 5,
+                                          "embedding_dim": 32},
+                                         {"name": "c", "num_embeddings": 50000, "embedding_dim": 16,
+                                          "pooling_factor": 30}], **extra})
+    model = RooflineCostModel()
+    target = resolve_target(c.system, model.catalog)
+    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    return c, model, costs
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_estimate_prices_the_lookups_in_the_tables_dtype(gpus):
+    """Mixed precision keeps the tables in their own dtype (``embedding_dtype`` fp32 under fp16 MLPs): the graph's
+    lookups gather and update fp32 rows, but the estimate priced them in the MLPs' dtype (fp16), half the bytes.
+    On one H100 at batch 65536 (every table table-wise) the plan was estimated 1136 us against 1294 us simulated
+    (-12%), on 2 H100s 1467 against 1734 us (-15%)."""
+    from hybrid.sharding.search import evaluate_plan, plan_estimate
+
+    c, model, costs = _three_tables(gpus, 65536, dtype="fp16", embedding_dtype="fp32", lookup_output_dtype="fp16")
+    plan = ShardingPlan.from_dict({"a": gpus - 1, "b": gpus - 1, "c": gpus - 1})
+    est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
+    assert est == pytest.approx(sim, rel=0.02), (est, sim)

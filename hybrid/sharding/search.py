@@ -323,8 +323,11 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         piece_pool[:, j] = pool / o.k if o.type == "row_wise" else pool
         piece_batch[:, j] = B if o.type == "data_parallel" else Bg
     n = T * n_opt
+    # the lookups gather and update rows in the tables' own dtype, as the graph's rows say (mixed precision: fp32
+    # tables under fp16 MLPs; priced in the MLPs' dtype they moved half their bytes)
+    emb_dt = config.embedding_dtype
     emb = pd.DataFrame({
-        "op": "embedding_bag", "device": target.device.key, "dtype": dt, "num_tables": 1,
+        "op": "embedding_bag", "device": target.device.key, "dtype": emb_dt, "num_tables": 1,
         "num_embeddings": piece_rows.ravel(), "embedding_dim": piece_dim.ravel(),
         "pooling_factor": np.maximum(piece_pool.ravel(), 1e-3), "batch_size": piece_batch.ravel(),
         "zipf_alpha": np.repeat(alpha, n_opt), "index_dist": np.where(np.repeat(alpha, n_opt) > 0, "zipf", "uniform"),
@@ -337,7 +340,7 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     bwd_variant = np.array(["dense_sgd" if o.type == "data_parallel" else "sparse_sgd" for o in options])
     emb = pd.concat([emb.assign(direction="fwd", variant=LOOKUP_FWD_VARIANT),
                      emb.assign(direction="bwd", variant=np.tile(bwd_variant, T))], ignore_index=True)
-    floor = pd.DataFrame({"op": "embedding_bag", "device": target.device.key, "dtype": dt, "num_tables": 1,
+    floor = pd.DataFrame({"op": "embedding_bag", "device": target.device.key, "dtype": emb_dt, "num_tables": 1,
                           "num_embeddings": 1.0, "embedding_dim": 1.0, "pooling_factor": 1e-3, "batch_size": 1.0,
                           "zipf_alpha": 0.0, "index_dist": "uniform", "direction": ["fwd", "bwd", "bwd"],
                           "variant": [LOOKUP_FWD_VARIANT, "sparse_sgd", "dense_sgd"]})
