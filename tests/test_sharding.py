@@ -1207,3 +1207,31 @@ def test_estimate_counts_the_gpu_work_queued_after_the_hosts_last_launch():
     plan = ShardingPlan.from_dict({"a": "dp", "b": "dp", "c": "dp"})
     est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
     assert est == pytest.approx(sim, rel=0.01), (est, sim)
+
+
+def test_greedys_sharded_plan_bound_is_the_launch_count_the_graph_makes():
+    """The greedy construction's lower bound of a partial plan's host side (``_completion_host_us``) wrote the
+    launches every rank makes once any table is sharded by hand (one kernel and four collectives); it now derives
+    them from the launch count the estimate prices (``_launch_counts``). Checked against the graph: on a rank that
+    holds no piece, sharding one table of a replicated plan (its group's other table stays replicated: the same
+    data-parallel groups and buckets) adds exactly that bound's host time."""
+    from hybrid.sharding.search import _placeable_costs, _Search, host_us_per_rank
+    from hybrid.workloads.dlrm_graph import build_dlrm_graph, resolve_target
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 4, "batch_size_per_gpu": 256, "interaction": "cat",
+                              "tables": [{"name": n, "num_embeddings": 1000, "embedding_dim": d}
+                                         for n, d in (("a", 16), ("b", 32), ("c", 32), ("d", 64), ("e", 8))]})
+    model = RooflineCostModel()
+    target = resolve_target(c.system, model.catalog)
+    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    replicated = {n: "dp" for n in "abcde"}
+    host = [host_us_per_rank(build_dlrm_graph(c, ShardingPlan.from_dict(spec), model.catalog).graph.compile(),
+                             costs.overheads) for spec in (replicated, {**replicated, "b": 1})]
+    added = host[1] - host[0]
+    s = _Search(c, costs)
+    floor = s._sharded_floor_us()
+    assert floor == pytest.approx(added[0], rel=1e-12) and floor == pytest.approx(min(added), rel=1e-12), added
+    # table a replicated first, the rest still to place: sharding one of them launches less than replicating them
+    j_dp = s.opt_index[("data_parallel", 4)]
+    bound = s._completion_host_us(0, np.array([j_dp]), np.arange(1, 5))
+    assert bound[0] == pytest.approx(added[0], rel=1e-12)

@@ -870,7 +870,8 @@ class _Search:
         goes to option ``js`` [n]: the greedy construction's lower bound of the host side of the final plan (as
         ``extra`` is of its GPU side). With several ranks, a plan with no sharded table yet will either shard one
         of them, which launches on every rank the input all-to-alls (value counts, payload), the unpack and the
-        pooled (or row-wise) exchange and its gradient's (one kernel and four collectives), or replicate them all,
+        pooled (or row-wise) exchange and its gradient's (:meth:`_sharded_floor_us`: one kernel and four
+        collectives, counted by :func:`_launch_counts`), or replicate them all,
         which launches on every rank one fused lookup group (forward, backward, dense step) per embedding dim not
         replicated yet and the all-reduce of their gradients: the cheaper of the two. Without it, whichever table
         was sharded first paid the sharded plan's collectives alone, and the first tables went data-parallel to
@@ -892,8 +893,33 @@ class _Search:
         k_us, c_us = (vec[OVERHEAD_CATEGORIES.index(c)] for c in ("kernel_launch", "collective_launch"))
         new_groups = (wanted[None] & ~have).sum(axis=1)
         replicate = lm.per_dp_group * new_groups * k_us + (~have.any(axis=1)) * c_us
-        shard = k_us + 4.0 * c_us
-        return np.where(sharded, 0.0, np.minimum(shard, replicate))
+        return np.where(sharded, 0.0, np.minimum(self._sharded_floor_us(), replicate))
+
+    def _sharded_floor_us(self) -> float:
+        """Host time (us) every rank launches once any table is sharded, whichever and wherever: the least, over
+        the ranks and over one table placed table-wise, column-wise over two ranks or row-wise over all, of the
+        launches :func:`_launch_counts` adds to a plan with no sharded table less the piece's own lookup group
+        (a holder's), so that the greedy's lower bound follows the launch count the estimate prices."""
+        cached = getattr(self, "_floor_cache", None)
+        if cached is not None:
+            return cached
+        lm, R = self._lm, self.R
+        # rows: no sharded table; one table table-wise on the last rank, column-wise on the last two, row-wise
+        groups = np.zeros((4, R))
+        groups[1, R - 1] = 1.0
+        groups[2, R - 2:] = 1.0
+        groups[3] = 1.0
+        a2a = groups.astype(bool)
+        a2a[3] = False  # (a row-wise piece sends partial sums, not pooled outputs)
+        n_sharded, n_rw, n_cw = np.array([0.0, 1, 1, 1]), np.array([0.0, 0, 0, 1]), np.array([0.0, 0, 1, 0])
+        zero = np.zeros(4)
+        kernels, colls = _launch_counts(lm, groups, a2a, n_sharded, n_rw, n_cw, zero, zero, np.zeros((4, 1)))
+        vec = self.costs.overheads.vector()
+        k_us, c_us = (vec[OVERHEAD_CATEGORIES.index(c)] for c in ("kernel_launch", "collective_launch"))
+        own = lm.per_group * groups + lm.per_sharded_rank * (groups > 0)  # the piece's own group, on its holders
+        added = (kernels - own - kernels[0]) * k_us + (colls - colls[0]) * c_us
+        self._floor_cache = float(added[1:].min())
+        return self._floor_cache
 
     def local_search(self, max_steps: int = 5000, deadline: float | None = None, swaps: int = 4,
                      destinations: int = 8) -> _Search:
