@@ -52,6 +52,7 @@ from hybrid.sharding.memory import (
     tablewise_budget,
 )
 from hybrid.sharding.plan import Shard, ShardingPlan
+from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.dlrm import DLRMConfig
 from hybrid.workloads.dlrm_graph import (
     ADAGRAD_COALESCE_SCALE,
@@ -74,12 +75,14 @@ from hybrid.workloads.dlrm_graph import (
 )
 
 #: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml): the greedy/search
-#: candidate matrices (placements x 9 state rows x ranks floats, several temporaries, and the launch terms'
+#: candidate matrices (placements x 10 state rows x ranks floats, several temporaries, and the launch terms'
 #: placements x ranks arrays) grow with ranks^2; the baselines and the simulation of each plan grow with ranks.
 #: Re-measured with the 9-row state and the launch terms (2026-12-07): the full search less the baselines alone
 #: took 149, 149 and 116 bytes per rank^2 at 256, 512 and 1024 ranks; the baselines alone 30, 53 and 106 MiB
-#: (so the fixed and per-rank terms below hold them with room).
-SEARCH_BYTES_PER_RANK2 = 150.0
+#: (so the fixed and per-rank terms below hold them with room). The state then grew a 10th row (the share of the
+#: embedding time after a GradScaler's host sync): the constant scaled by 10/9 (not re-measured; the launch terms'
+#: arrays did not grow, so it errs high).
+SEARCH_BYTES_PER_RANK2 = 167.0
 BASELINE_BYTES_PER_RANK = 140e3
 SEARCH_FIXED_BYTES = 64 * 2**20
 #: Share of the available host memory a search may plan to use.
@@ -120,15 +123,16 @@ def check_search_size(gpus: int, strategies: list[str] | tuple[str, ...] | None,
 #: ``_HBMW``: those it keeps in its GPU's memory (held to :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`
 #: under ``auto`` placement, past which the graph moves them to host memory); ``_EMBF``: the forward lookups' share
 #: of ``_EMB`` (the all-to-alls between them and the backward synchronise the ranks: the iteration waits for the
-#: slowest rank's forward, then for the slowest rank's backward and update).
-_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP, _HOST, _HBMW, _EMBF = range(13)
-_N_COEFFS = 13
+#: slowest rank's forward, then for the slowest rank's backward and update); ``_EMBU``: the share of ``_EMB`` a
+#: GradScaler's host sync leaves after it (the sparse gradient's unscale and the optimizer update).
+_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP, _HOST, _HBMW, _EMBF, _EMBU = range(14)
+_N_COEFFS = 14
 #: Coefficients and state rows that differ between a piece in GPU memory and one in host memory.
-_PLACED_COLS, _PLACED_ROWS = [_EMB, _MEM, _HOST, _HBMW, _EMBF], [0, 1, 6, 7, 8]
+_PLACED_COLS, _PLACED_ROWS = [_EMB, _MEM, _HOST, _HBMW, _EMBF, _EMBU], [0, 1, 6, 7, 8, 9]
 #: Sharding type -> code of the search's launch state (:class:`_State`).
 SHARD_CODES = {"table_wise": 0, "column_wise": 1, "row_wise": 2, "data_parallel": 3}
 #: Rows of a search state (:class:`_State`).
-_N_ROWS = 9
+_N_ROWS = 10
 #: Size grid (bytes) on which collective times are predicted once and interpolated.
 _GRID = np.logspace(2, 11.5, 48)
 
@@ -160,6 +164,16 @@ class _LaunchModel:
     bucket_bytes: float  # DDP's bucket cap: data-parallel groups' gradients share buckets of at least this many bytes
     mp_bottom: bool  # model-parallel bottom MLP: rank 0 packs its output for the pooled all-to-all
     n_ranks: int
+    #: a GradScaler's host sync (``.item()`` of the found-inf flag: the host waits for the GPU's backward and the
+    #: dense gradients' unscale): ``post_base`` [R, categories] the host events from it on, less the reference
+    #: plan's own; kernels per sharded group (the sparse unscale and the update) and per data-parallel group (its
+    #: dense step) launched after it; ``dense_post_us`` the dense layers' optimizer kernels (after it too)
+    sync: bool = False
+    post_base: np.ndarray | None = None
+    post_per_group: float = 0.0
+    post_per_dp_group: float = 0.0
+    dense_post_us: float = 0.0
+    dense_unscale_us: float = 0.0  # the dense gradients' unscale (the last kernel before the sync), dense part
 
     def host_us(self, overheads: Overheads, kernels: np.ndarray, collectives: np.ndarray) -> np.ndarray:
         """[n, R] host time (us) of each rank given the plans' embedding launches [n, R] of each kind."""
@@ -247,9 +261,15 @@ class CostTables:
     launch: _LaunchModel | None = None
     piece_key: np.ndarray | None = None
     group_floor_us: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    #: the share of ``group_floor_us``'s sharded backward a GradScaler's host sync leaves after it (the update's and
+    #: the unscale's fixed times), and the fixed time of a rank's forward and backward output casts (paid once by a
+    #: rank holding sharded pieces)
+    post_floor_us: float = 0.0
+    rank_floor_us: tuple[float, float] = (0.0, 0.0)
+    dp_unscale_us_per_byte: float = 0.0  # a replicated table's share of that unscale, per byte of its weights
 
     def host_per_node(self, v: np.ndarray) -> np.ndarray:
-        """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 9, R]:
+        """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 10, R]:
         what the node's host memory takes when they all live there (``host``); under ``auto`` the graph keeps some
         in GPU memory (:func:`hybrid.workloads.dlrm_graph.place_pieces`), so this is an upper bound there, and a
         plan the search keeps passes the memory check's host test."""
@@ -362,9 +382,36 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     # and of the row-wise partial sums), priced on an element grid as the graph's ``copy`` rows
     copies = pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": dt, "variant": "copy",
                            "direction": "fwd", "elements": _GRID}) if R > 1 else None
-    table = pd.concat([emb, floor, coll, *([upd] if adagrad else []), *([copies] if R > 1 else [])],
+    # the lookups' outputs cast to the dense dtype (forward, every sharded piece's pooled output) and their
+    # gradients back (backward; a replicated table's over the local batch), one kernel per rank (a replicated group
+    # each), as the graph's ``cast`` rows; and under a GradScaler, the unscale of every sharded piece's sparse
+    # gradient values (batch x pooling x dim) and of a replicated table's dense gradient (rows x dim, with the dense
+    # gradients in one fp32 pass). Each priced per piece, the last row of each block a one-element kernel (the
+    # fixed time of a kernel, paid once)
+    cast_outputs = STORAGE_DTYPE.get(config.lookup_dtype, config.lookup_dtype) != STORAGE_DTYPE.get(dt, dt)
+    extra_rows = []
+    if cast_outputs:
+        width = DTYPE_BYTES[dt] / DTYPE_BYTES[config.lookup_dtype]
+        for direction, n_in, n_out in (("fwd", 1.0, width), ("bwd", width, 1.0)):
+            extra_rows.append(pd.DataFrame({
+                "op": "elementwise", "device": target.device.key, "dtype": config.lookup_dtype, "variant": "cast",
+                "direction": direction, "elements": np.append((piece_batch * piece_dim).ravel(), 1.0),
+                "n_inputs": n_in, "n_outputs": n_out, "flops_per_element": 0.0}))
+    if config.grad_scaler:
+        extra_rows.append(pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": emb_dt,
+                                        "variant": "scale_", "elements": np.maximum(np.append(
+                                            (piece_batch * piece_pool * piece_dim).ravel(), 1.0), 1.0)}))
+        extra_rows.append(pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": "fp32",
+                                        "variant": "scale_", "elements": np.append(rows * dims, 1.0)}))
+    table = pd.concat([emb, floor, coll, *([upd] if adagrad else []), *([copies] if R > 1 else []), *extra_rows],
                       ignore_index=True)
     times, _ = predict_times(model, table)
+    extra_times = []  # per block: (times [rows], its one-element kernel's time)
+    e0 = len(table) - sum(len(x) for x in extra_rows)
+    for block in extra_rows:
+        extra_times.append((times[e0:e0 + len(block) - 1], float(times[e0 + len(block) - 1])))
+        e0 += len(block)
+    times = times[:len(table) - sum(len(x) for x in extra_rows)]
     # a data-parallel table's update is the dense optimizer pass (``dp_update_us_per_byte``), as in the graph: its
     # backward row (backward + update, as profiled) keeps only the backward's share
     keep = 1.0 - dense_sgd_update_share(table.iloc[: 2 * n + 3])
@@ -377,11 +424,38 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     c0 = 2 * n + 3
     sharded_bwd = np.array([o.type != "data_parallel" for o in options])
     bwd_us = np.maximum(bwd - b_floor, 0.0) * np.where(sharded_bwd, sparse_scale, 1.0)
+    # the sparse optimizer step's share (the update share of SGD's row; Adagrad's coalesce and update), which a
+    # GradScaler's host sync leaves after it
+    post_share = ADAGRAD_COALESCE_SCALE if adagrad else SPARSE_SGD_UPDATE_SHARE
+    post_us = np.where(sharded_bwd, np.maximum(bwd - b_floor, 0.0) * post_share, 0.0)
     upd_floor = 0.0
     if adagrad:
         u0 = c0 + len(coll_ops) * len(_GRID)
         upd_floor = float(times[u0 + n])
-        bwd_us = bwd_us + np.where(sharded_bwd, np.maximum(times[u0:u0 + n].reshape(T, n_opt) - upd_floor, 0.0), 0.0)
+        upd_us = np.where(sharded_bwd, np.maximum(times[u0:u0 + n].reshape(T, n_opt) - upd_floor, 0.0), 0.0)
+        bwd_us, post_us = bwd_us + upd_us, post_us + upd_us
+    post_floor = float(times[2 * n + 1]) * post_share + upd_floor
+    blocks = iter(extra_times)
+    rank_floor = (0.0, 0.0)  # fixed time of a rank's forward and backward cast (once per rank with sharded pieces)
+    dp_cast_floor = 0.0
+    if cast_outputs:
+        (cf, cf_floor), (cb, cb_floor) = next(blocks), next(blocks)
+        cf = np.maximum(cf.reshape(T, n_opt) - cf_floor, 0.0)
+        cb = np.maximum(cb.reshape(T, n_opt) - cb_floor, 0.0)
+        emb_fwd_us = emb_fwd_us + np.where(sharded_bwd, cf, 0.0)
+        bwd_us = bwd_us + cb  # (a replicated group casts its gradient, over the local batch, alone)
+        rank_floor, dp_cast_floor = (cf_floor, cb_floor), cb_floor
+    unscale_floor = dp_unscale = 0.0
+    if config.grad_scaler:
+        (su, su_floor), (du, du_floor) = next(blocks), next(blocks)
+        su = np.where(sharded_bwd, np.maximum(su.reshape(T, n_opt) - su_floor, 0.0), 0.0)
+        bwd_us, post_us = bwd_us + su, post_us + su
+        post_floor += su_floor
+        # a replicated table's gradient joins the dense gradients' unscale (one kernel, its fixed time paid there)
+        du = np.maximum(du - du_floor, 0.0)
+        bwd_us = bwd_us + np.where(sharded_bwd, 0.0, du[:, None])
+        dp_unscale = float(du.max() / max(float((rows * dims).max()) * config.embedding_dtype_bytes, 1.0))
+        unscale_floor = su_floor  # (once per sharded group: added to its backward's fixed time below)
     emb_us = emb_fwd_us + bwd_us
     grids = {op: np.maximum(times[c0 + i * len(_GRID): c0 + (i + 1) * len(_GRID)], 1e-6)
              for i, op in enumerate(coll_ops)}
@@ -398,9 +472,11 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         sharded = np.array([o.type != "data_parallel" for o in options])  # (replicated tables stay on the GPU)
         emb_us = emb_us + np.where(sharded, link_us, 0.0)
         emb_fwd_us = emb_fwd_us + np.where(sharded, fwd_link_us, 0.0)
+        post_us = post_us + np.where(sharded, link_us - fwd_link_us, 0.0)  # (the update's rows)
     valid = _valid(config, options)
     emb_us = np.where(valid, emb_us, np.inf)
     emb_fwd_us = np.where(valid, emb_fwd_us, 0.0)  # (an invalid option's total is inf already)
+    post_us = np.where(valid, post_us, 0.0)
     # additive coefficients per (table, option)
     mult = optimizer_multiplier(config)
     frag = 1.0 + FRAGMENTATION
@@ -414,6 +490,7 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         w_held = 0.0 if host_weights else w  # a sharded piece's weights and state (in host memory: none on the GPU)
         C[:, j, _EMB] = emb_us[:, j]
         C[:, j, _EMBF] = emb_fwd_us[:, j]
+        C[:, j, _EMBU] = post_us[:, j]
         if host_weights and o.type != "data_parallel":  # (replicated tables stay on the GPU: place_pieces)
             C[:, j, _HOST] = w / o.k * mult
         else:
@@ -458,8 +535,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     # a fused kernel's fixed time, which the marginal costs above leave out of every table: once per group (the
     # sharded backward's row is split between the backward and the SGD update, whose floors add to one row's;
     # Adagrad's backward share, coalesce and update each pay theirs)
-    dp_floor = float(f_floor + times[2 * n + 2])
-    sparse_floor = float(times[2 * n + 1]) * sparse_scale + upd_floor
+    dp_floor = float(f_floor + times[2 * n + 2]) + dp_cast_floor
+    sparse_floor = float(times[2 * n + 1]) * sparse_scale + upd_floor + unscale_floor
     # the engine's defaults, as simulate takes them for this model: one launch costs the dispatch the model measured
     # on this GPU, where it did (hybrid.engine.overheads.measured_dispatch_us)
     default_overheads = dispatch_overheads(Overheads(), measured_dispatch_us(model, [dev.key]))
@@ -467,7 +544,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
                       config.dense_params() * eb, **host, catalog=catalog, dense_us=dense_us,
                       synchronous_host=dev.kind == "cpu", launch=launch, piece_key=keys.reshape(T, n_opt),
                       overheads=overheads if overheads is not None else default_overheads, dtype_bytes=float(eb),
-                      group_floor_us=(float(f_floor), sparse_floor, dp_floor))
+                      group_floor_us=(float(f_floor), sparse_floor, dp_floor), post_floor_us=post_floor,
+                      rank_floor_us=(float(rank_floor[0]), float(rank_floor[1])), dp_unscale_us_per_byte=dp_unscale)
 
 
 # ------------------------------------------------------------------------------------------------ search state
@@ -475,8 +553,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
 class _State:
     """Additive per-rank totals of a (partial) plan."""
 
-    #: [9, R]: emb, mem, osend, orecv, isend, irecv, host, hbm (weights and state in host / GPU memory), emb_fwd
-    #: (the forward share of emb)
+    #: [10, R]: emb, mem, osend, orecv, isend, irecv, host, hbm (weights and state in host / GPU memory), emb_fwd
+    #: (the forward share of emb), emb_post (the share after a GradScaler's host sync: unscale and update)
     v: np.ndarray
     rw: float = 0.0
     dp: float = 0.0
@@ -492,7 +570,7 @@ class _State:
 
 
 def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
-    """[n, 9, R] state change of adding n pieces with coefficient rows ``coef`` [n, 13] on holders ``H`` [n, R]."""
+    """[n, 10, R] state change of adding n pieces with coefficient rows ``coef`` [n, 14] on holders ``H`` [n, R]."""
     H = H.astype(np.float64)
     out = np.empty((len(coef), _N_ROWS, H.shape[1]))
     out[:, 0] = H * coef[:, _EMB, None]
@@ -504,12 +582,13 @@ def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
     out[:, 6] = H * coef[:, _HOST, None]
     out[:, 7] = H * coef[:, _HBMW, None]
     out[:, 8] = H * coef[:, _EMBF, None]
+    out[:, 9] = H * coef[:, _EMBU, None]
     return out
 
 
 def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
                extra: np.ndarray | None = None, groups: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """Estimated iteration-dependent time (us) for states ``v`` [n, 9, R] (inf where a rank's memory overflows, or
+    """Estimated iteration-dependent time (us) for states ``v`` [n, 10, R] (inf where a rank's memory overflows, or
     a node's host memory the tables placed there: :meth:`CostTables.host_per_node`, or, under ``auto`` placement,
     a rank's tables in GPU memory pass the share the graph keeps there: it would move some to host memory).
 
@@ -534,7 +613,9 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
                + costs.collective_us("copy", np.asarray(rw, dtype=np.float64) / eb)[:, None])
     if groups is not None:
         f_floor, b_floor, dp_floor = costs.group_floor_us
-        fwd, bwd = fwd + f_floor * groups[0], bwd + b_floor * groups[0]
+        has = groups[0] > 0
+        fwd = fwd + f_floor * groups[0] + costs.rank_floor_us[0] * has
+        bwd = bwd + b_floor * groups[0] + costs.rank_floor_us[1] * has
     emb = fwd.max(axis=1) + bwd.max(axis=1)
     if groups is not None:  # the data-parallel lookups of every rank
         emb = emb + dp_floor * groups[1]
@@ -580,10 +661,27 @@ def _estimate(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray, 
     gpu = _objective(costs, v, rw, dp, extra, (groups, n_dpg)) + costs.dense_us
     if costs.synchronous_host:  # (the host's own time holds its lead)
         return np.where(np.isfinite(gpu), host + gpu, gpu), gpu
-    vec = costs.overheads.vector()
-    gpu = gpu + costs.launch.lead @ vec
-    host = host + _dp_tail_us(costs, dpb, vec[OVERHEAD_CATEGORIES.index("kernel_launch")])
-    return np.where(np.isfinite(gpu), np.maximum(host, gpu), gpu), gpu
+    lm, vec = costs.launch, costs.overheads.vector()
+    k_us = vec[OVERHEAD_CATEGORIES.index("kernel_launch")]
+    gpu = gpu + lm.lead @ vec
+    tail = _dp_tail_us(costs, dpb, k_us)
+    if not lm.sync:
+        return np.where(np.isfinite(gpu), np.maximum(host + tail, gpu), gpu), gpu
+    # a GradScaler's host sync splits the iteration in two: the host waits there for the GPU's backward (and the
+    # dense gradients' unscale), then reads the flag (one launch's time) and only then launches the sparse unscales,
+    # the updates and the dense steps, which the GPU runs after it: the longer of host and GPU before the sync, plus
+    # the longer after it (the host's launches and the steps it leaves queued, or the GPU's work after the flag and
+    # the first launch). Left out, a mixed-precision plan's update ran beside the backward in the estimate
+    post_host = ((lm.post_base @ vec)[None] + k_us * (lm.post_per_group * groups
+                                                       + lm.post_per_dp_group * n_dpg[:, None])).max(axis=1)
+    post_gpu = ((v[:, 9] + costs.post_floor_us * groups).max(axis=1) + lm.dense_post_us
+                + np.asarray(dp, dtype=np.float64) * costs.dp_update_us_per_byte)
+    # the dense gradients' unscale, which the host launches last before it waits, runs after its launches when the
+    # host leads (a replicated 2M-row table's share: 300 us on an H100)
+    unscale = lm.dense_unscale_us + np.asarray(dp, dtype=np.float64) * costs.dp_unscale_us_per_byte
+    est = (np.maximum(host - post_host + unscale, gpu - post_gpu)
+           + np.maximum(post_host + tail, post_gpu + 2.0 * k_us))
+    return np.where(np.isfinite(gpu), est, gpu), gpu
 
 
 def _dp_tail_us(costs: CostTables, dpb: np.ndarray, launch_us: float) -> np.ndarray:
@@ -1182,11 +1280,24 @@ def _reference_terms(config: DLRMConfig, model: OpCostModel,
                        minlength=n_cat) if first.size else np.zeros(n_cat)
     cast = STORAGE_DTYPE.get(config.lookup_dtype, config.lookup_dtype) != STORAGE_DTYPE.get(config.dtype, config.dtype)
     fixed = np.bincount(g.rank[on_host], weights=g.fixed_us[on_host], minlength=R)
-    lm = _LaunchModel(base=base.astype(np.float64), lead=lead.astype(np.float64), fixed=fixed,
-                      per_group=2.0 + (1.0 if config.optimizer == "sgd" else 2.0) + float(config.grad_scaler),
-                      per_sharded_rank=2.0 * cast, per_dp_group=3.0 + 2.0 * cast, bucket_bytes=float(DDP_BUCKET_BYTES),
-                      mp_bottom=config.bottom_mlp_placement == "model_parallel" and R > 1, n_ranks=R)
     groups = np.array([[sum(1 for grp in lookup_groups(it.pieces, r) if grp["sharded"]) for r in range(R)]], float)
+    update_kernels = 1.0 if config.optimizer == "sgd" else 2.0
+    sync: dict[str, Any] = {}
+    if config.grad_scaler:  # the host events from the found-inf read on, per rank (a rank's host events in order)
+        idx = np.arange(len(g.rank))
+        is_sync = on_host & np.char.startswith(np.asarray(g.names, dtype=str), "GradScaler found_inf")
+        first = np.full(R, len(g.rank))
+        np.minimum.at(first, g.rank[is_sync], idx[is_sync])
+        post = on_host & (idx >= first[g.rank])
+        post_base = np.bincount(g.rank[post] * n_cat + g.overhead[post], minlength=R * n_cat).reshape(R, n_cat)
+        post_base = post_base.astype(np.float64)
+        post_base[:, OVERHEAD_CATEGORIES.index("kernel_launch")] -= (1.0 + update_kernels) * groups[0]
+        sync = {"sync": True, "post_base": post_base, "post_per_group": 1.0 + update_kernels,
+                "post_per_dp_group": 1.0}
+    lm = _LaunchModel(base=base.astype(np.float64), lead=lead.astype(np.float64), fixed=fixed,
+                      per_group=2.0 + update_kernels + float(config.grad_scaler),
+                      per_sharded_rank=2.0 * cast, per_dp_group=3.0 + 2.0 * cast, bucket_bytes=float(DDP_BUCKET_BYTES),
+                      mp_bottom=config.bottom_mlp_placement == "model_parallel" and R > 1, n_ranks=R, **sync)
     a2a = np.zeros((1, R), bool)
     a2a[0, 0] = True
     one = np.ones(1)
@@ -1204,7 +1315,15 @@ def _reference_terms(config: DLRMConfig, model: OpCostModel,
         return 0.0, lm
     ops = np.unique(g.op_index[:g.n_real][keep], return_counts=True)
     times, _ = predict_times(model, g.ops.iloc[ops[0]].reset_index(drop=True))
-    return float(np.dot(np.nan_to_num(times, nan=0.0), ops[1])), lm
+    times = np.nan_to_num(times, nan=0.0)
+    if lm.sync:  # the dense optimizer steps run after the GradScaler's host sync
+        names = np.asarray(g.names[:g.n_real], dtype=str)
+        part = {}
+        for what, name in (("dense_post_us", "dense optimizer step"), ("dense_unscale_us", "GradScaler unscale")):
+            these = np.unique(g.op_index[:g.n_real][keep & np.char.startswith(names, name)], return_counts=True)
+            part[what] = float(np.dot(times[np.searchsorted(ops[0], these[0])], these[1]))
+        lm = replace(lm, **part)
+    return float(np.dot(times, ops[1])), lm
 
 
 def _host_nodes(graph: CompiledGraph) -> np.ndarray:
