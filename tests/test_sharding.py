@@ -1273,32 +1273,3 @@ def test_estimate_prices_the_grad_scalers_unscale_and_host_sync(gpus, batch, spe
     est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
     assert est == pytest.approx(sim, rel=0.02), (est, sim)
 
-
-@pytest.mark.parametrize("gpus", [2, 8])
-def test_estimate_prices_the_data_parallel_all_reduces_in_the_graphs_ddp_buckets(gpus):
-    """The graph all-reduces the replicated tables' gradients in DDP buckets of whole fused groups (one per
-    embedding dim, a bucket closing at 25 MiB), after their backward and apart from the dense layers' buckets; the
-    estimate priced one all-reduce of their sum joined to the dense gradients, less the dense layers' own. Four
-    replicated tables of 7.7-61 MB (dims 16-128) on 2 / 8 H100s: 256 / 288 us against the graph's two all-reduces'
-    272 / 336 us (-6% / -14%)."""
-    from dataclasses import replace
-
-    from hybrid.engine.costs import predict_times
-    from hybrid.sharding.search import _placeable_costs, plan_gpu_estimate
-    from hybrid.workloads.dlrm_graph import build_dlrm_graph, resolve_target
-
-    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": gpus, "batch_size_per_gpu": 1024, "interaction": "cat",
-                              "tables": [{"name": f"t{d}", "num_embeddings": 120_000, "embedding_dim": d}
-                                         for d in (16, 32, 64, 128)]})
-    model = RooflineCostModel()
-    target = resolve_target(c.system, model.catalog)
-    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
-    plan = ShardingPlan.from_dict({t.name: "dp" for t in c.tables})
-    no_all_reduce = replace(costs, grids={**costs.grids, "all_reduce": np.full_like(costs.grids["all_reduce"], 1e-6)})
-    priced = plan_gpu_estimate(c, costs, plan) - plan_gpu_estimate(c, no_all_reduce, plan)
-    g = build_dlrm_graph(c, plan, model.catalog).graph.compile()
-    names = np.asarray(g.names[:g.n_real], dtype=str)
-    mine = np.char.startswith(names, "ddp all_reduce dp tables") & (g.rank[:g.n_real] == 0)
-    times, _ = predict_times(model, g.ops.iloc[g.op_index[:g.n_real][mine]].reset_index(drop=True))
-    assert mine.sum() == 2
-    assert priced == pytest.approx(float(times.sum()), rel=0.01), (priced, times)

@@ -587,8 +587,7 @@ def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
 
 
 def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
-               extra: np.ndarray | None = None, groups: tuple[np.ndarray, np.ndarray] | None = None,
-               dpb: np.ndarray | None = None) -> np.ndarray:
+               extra: np.ndarray | None = None, groups: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
     """Estimated iteration-dependent time (us) for states ``v`` [n, 10, R] (inf where a rank's memory overflows, or
     a node's host memory the tables placed there: :meth:`CostTables.host_per_node`, or, under ``auto`` placement,
     a rank's tables in GPU memory pass the share the graph keeps there: it would move some to host memory).
@@ -599,9 +598,6 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
 
     ``groups``: the plans' fused lookup kernels, ``([n, R] sharded groups per rank, [n] data-parallel groups)``,
     each of which pays its kernel's fixed time once (``costs.group_floor_us``); None: not counted.
-
-    ``dpb`` [n, keys]: the data-parallel gradient bytes per fused group, all-reduced in DDP buckets as the graph
-    buckets them (:func:`_dp_allreduce_us`); None: as if they joined the dense layers' buckets.
     """
     R = costs.n_ranks
     # the slowest rank's forward lookups, then (after the all-to-alls, which every rank joins) the slowest rank's
@@ -637,11 +633,9 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
             in_size = np.maximum(v[:, 4], v[:, 5]).max(axis=1) * scale
         obj += 2.0 * costs.collective_us("all_to_all", out_size) + costs.collective_us("all_to_all", in_size)
         obj += costs.collective_us("reduce_scatter", rw) + costs.collective_us("all_gather", rw)
-        if dpb is not None and costs.launch is not None:
-            obj += _dp_allreduce_us(costs, dpb)
-        else:  # (no bucket count: as if the data-parallel gradients joined the dense DDP buckets)
-            obj += (costs.collective_us("all_reduce", dp + costs.dense_bytes)
-                    - costs.collective_us("all_reduce", costs.dense_bytes))
+        # data-parallel gradients join the dense DDP buckets: only the extra all-reduce time counts
+        obj += (costs.collective_us("all_reduce", dp + costs.dense_bytes)
+                - costs.collective_us("all_reduce", costs.dense_bytes))
     obj += dp * costs.dp_update_us_per_byte
     over = v[:, 1].max(axis=1) > costs.budget
     if math.isfinite(costs.hbm_weight_budget):
@@ -664,7 +658,7 @@ def _estimate(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray, 
         gpu = _objective(costs, v, rw, dp, extra) + costs.dense_us
         return gpu, gpu
     host, groups, n_dpg, dpb = launch
-    gpu = _objective(costs, v, rw, dp, extra, (groups, n_dpg), dpb) + costs.dense_us
+    gpu = _objective(costs, v, rw, dp, extra, (groups, n_dpg)) + costs.dense_us
     if costs.synchronous_host:  # (the host's own time holds its lead)
         return np.where(np.isfinite(gpu), host + gpu, gpu), gpu
     lm, vec = costs.launch, costs.overheads.vector()
@@ -688,23 +682,6 @@ def _estimate(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray, 
     est = (np.maximum(host - post_host + unscale, gpu - post_gpu)
            + np.maximum(post_host + tail, post_gpu + 2.0 * k_us))
     return np.where(np.isfinite(gpu), est, gpu), gpu
-
-
-def _dp_allreduce_us(costs: CostTables, dpb: np.ndarray) -> np.ndarray:
-    """[n] time (us) of the data-parallel tables' gradient all-reduces as the graph runs them: DDP buckets of whole
-    fused groups (in the graph's order, by embedding dim), a bucket closing once it holds ``bucket_bytes``, one
-    all-reduce each, after the tables' backward and apart from the dense layers' buckets (it priced them as
-    joining the dense buckets: one all-reduce of the sum, less the dense layers' own)."""
-    b = np.asarray(dpb, dtype=np.float64)
-    b = b.reshape(len(b), -1)
-    cap = costs.launch.bucket_bytes
-    filled, out = np.zeros(len(b)), np.zeros(len(b))
-    for k in range(b.shape[1]):  # (a few embedding dims; vectorised over the plans)
-        filled = filled + np.maximum(b[:, k], 0.0)
-        close = filled >= cap
-        out += np.where(close, costs.collective_us("all_reduce", np.where(close, filled, 0.0)), 0.0)
-        filled = np.where(close, 0.0, filled)
-    return out + costs.collective_us("all_reduce", filled)
 
 
 def _dp_tail_us(costs: CostTables, dpb: np.ndarray, launch_us: float) -> np.ndarray:
@@ -883,8 +860,7 @@ class _Search:
         """The GPU-side terms of the plan as it stands (:func:`_objective`, with its fused groups' fixed times)."""
         s, terms = self.state, self._terms_now()
         return float(_objective(self.costs, s.v[None], np.array([s.rw]), np.array([s.dp]),
-                                groups=None if terms is None else terms[1:3],
-                                dpb=None if terms is None else terms[3])[0])
+                                groups=None if terms is None else terms[1:3])[0])
 
     def objective(self) -> tuple[float, float]:
         """The estimate of the plan as it stands and its GPU time (:func:`_estimate`)."""
