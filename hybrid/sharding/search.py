@@ -80,8 +80,9 @@ from hybrid.workloads.dlrm_graph import (
 #: Re-measured with the 9-row state and the launch terms (2026-12-07): the full search less the baselines alone
 #: took 149, 149 and 116 bytes per rank^2 at 256, 512 and 1024 ranks; the baselines alone 30, 53 and 106 MiB
 #: (so the fixed and per-rank terms below hold them with room). The state then grew a 10th row (the share of the
-#: embedding time after a GradScaler's host sync): the constant scaled by 10/9 (not re-measured; the launch terms'
-#: arrays did not grow, so it errs high).
+#: embedding time after a GradScaler's host sync): the full search less the baselines then took 150 and 95 bytes per
+#: rank^2 at 256 and 512 ranks (tracemalloc, the same config, a 5 s local-search budget; the same script gave 127
+#: at 256 ranks before the row), held here by the old constant scaled by 10/9.
 SEARCH_BYTES_PER_RANK2 = 167.0
 BASELINE_BYTES_PER_RANK = 140e3
 SEARCH_FIXED_BYTES = 64 * 2**20
