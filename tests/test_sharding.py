@@ -903,9 +903,9 @@ def test_estimate_prices_the_host_launches_the_graph_waits_for():
     assert est["table_wise"] < est["column_wise"], (est, sim)
     for k in plans:  # host-bound: the estimate is the busiest host's time, within 1% of the simulated iteration
         assert est[k] == pytest.approx(sim[k], rel=0.01), (k, est[k], sim[k])
-        assert est[k] <= sim[k] + 1e-6  # (a lower bound: the last kernel after the last launch is not in it)
-        host = ev[k].sim.breakdown["host_us"].max()
-        assert est[k] == pytest.approx(host, rel=1e-9), (k, est[k], host)
+        assert est[k] <= sim[k] + 1e-6  # (a lower bound: the dense layers' last kernel after the launches is not in it)
+        host = ev[k].sim.breakdown["host_us"].max()  # (and the replicated table's step after them is)
+        assert host - 1e-6 <= est[k], (k, est[k], host)
 
 
 def test_estimate_prices_the_forward_and_backward_lookups_apart():
@@ -1051,7 +1051,8 @@ def test_search_estimates_the_host_with_the_overheads_it_simulates_with():
         e = search_plans(c, RooflineCostModel(), strategies=[name], overheads=ov).by_name(name)
         host = e.sim.breakdown["host_us"].max()
         assert e.iteration_us > 2 * 1069  # (host-bound: the longer launches show)
-        assert e.estimate_us == pytest.approx(host, rel=1e-9), (name, e.estimate_us, host, e.iteration_us)
+        # the host's time, and the replicated tables' steps the GPU runs after its last launch
+        assert host - 1e-6 <= e.estimate_us <= e.iteration_us + 1e-6, (name, e.estimate_us, host, e.iteration_us)
 
 
 def test_estimate_prices_adagrads_coalesce_and_update_as_the_graph_runs_them():
@@ -1162,3 +1163,113 @@ def test_greedy_does_not_replicate_tables_to_dodge_the_sharded_plans_collectives
     t_greedy = evaluate_plan(c, greedy_plan(c, model), model).iteration_us
     t_lookup = evaluate_plan(c, lookup_greedy(c), model).iteration_us
     assert t_greedy <= 0.97 * t_lookup, (t_greedy, t_lookup)
+
+
+def _three_tables(gpus: int, batch: int, **extra) -> tuple[DLRMConfig, RooflineCostModel, object]:
+    """Three tables of mixed dims on DGX-H100 ranks and their cost tables (roofline)."""
+    from hybrid.sharding.search import _placeable_costs
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": gpus, "batch_size_per_gpu": batch, "interaction": "cat",
+                              "tables": [{"name": "a", "num_embeddings": 2_000_000, "pooling_factor": 20},
+                                         {"name": "b", "num_embeddings": 1000, "pooling_factor": 5,
+                                          "embedding_dim": 32},
+                                         {"name": "c", "num_embeddings": 50000, "embedding_dim": 16,
+                                          "pooling_factor": 30}], **extra})
+    model = RooflineCostModel()
+    target = resolve_target(c.system, model.catalog)
+    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    return c, model, costs
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_estimate_prices_the_lookups_in_the_tables_dtype(gpus):
+    """Mixed precision keeps the tables in their own dtype (``embedding_dtype`` fp32 under fp16 MLPs): the graph's
+    lookups gather and update fp32 rows, but the estimate priced them in the MLPs' dtype (fp16), half the bytes.
+    On one H100 at batch 65536 (every table table-wise) the plan was estimated 1136 us against 1294 us simulated
+    (-12%), on 2 H100s 1467 against 1734 us (-15%)."""
+    from hybrid.sharding.search import evaluate_plan, plan_estimate
+
+    c, model, costs = _three_tables(gpus, 65536, dtype="fp16", embedding_dtype="fp32", lookup_output_dtype="fp16")
+    plan = ShardingPlan.from_dict({"a": gpus - 1, "b": gpus - 1, "c": gpus - 1})
+    est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
+    assert est == pytest.approx(sim, rel=0.02), (est, sim)
+
+
+def test_estimate_counts_the_gpu_work_queued_after_the_hosts_last_launch():
+    """A replicated table's dense optimizer step is the last kernel a rank launches: on a host-bound iteration the
+    GPU runs it after the host is done. Every table data-parallel on one H100 at batch 2048: the estimate took the
+    longer of the host (960 us) and the GPU (1024 us with the lead) while the simulation ends 460 us after the
+    host's last launch (2M x 64 fp32 rows: a read of the gradient and a read and write of the weights), 1422 us
+    (-28%)."""
+    from hybrid.sharding.search import evaluate_plan, plan_estimate
+
+    c, model, costs = _three_tables(1, 2048)
+    plan = ShardingPlan.from_dict({"a": "dp", "b": "dp", "c": "dp"})
+    est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
+    assert est == pytest.approx(sim, rel=0.01), (est, sim)
+
+
+def test_greedys_sharded_plan_bound_is_the_launch_count_the_graph_makes():
+    """The greedy construction's lower bound of a partial plan's host side (``_completion_host_us``) wrote the
+    launches every rank makes once any table is sharded by hand (one kernel and four collectives); it now derives
+    them from the launch count the estimate prices (``_launch_counts``). Checked against the graph: on a rank that
+    holds no piece, sharding one table of a replicated plan (its group's other table stays replicated: the same
+    data-parallel groups and buckets) adds exactly that bound's host time."""
+    from hybrid.sharding.search import _placeable_costs, _Search, host_us_per_rank
+    from hybrid.workloads.dlrm_graph import build_dlrm_graph, resolve_target
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 4, "batch_size_per_gpu": 256, "interaction": "cat",
+                              "tables": [{"name": n, "num_embeddings": 1000, "embedding_dim": d}
+                                         for n, d in (("a", 16), ("b", 32), ("c", 32), ("d", 64), ("e", 8))]})
+    model = RooflineCostModel()
+    target = resolve_target(c.system, model.catalog)
+    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    replicated = {n: "dp" for n in "abcde"}
+    host = [host_us_per_rank(build_dlrm_graph(c, ShardingPlan.from_dict(spec), model.catalog).graph.compile(),
+                             costs.overheads) for spec in (replicated, {**replicated, "b": 1})]
+    added = host[1] - host[0]
+    s = _Search(c, costs)
+    floor = s._sharded_floor_us()
+    assert floor == pytest.approx(added[0], rel=1e-12) and floor == pytest.approx(min(added), rel=1e-12), added
+    # table a replicated first, the rest still to place: sharding one of them launches less than replicating them
+    j_dp = s.opt_index[("data_parallel", 4)]
+    bound = s._completion_host_us(0, np.array([j_dp]), np.arange(1, 5))
+    assert bound[0] == pytest.approx(added[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_estimate_prices_the_lookup_output_casts(gpus):
+    """fp32 tables under fp16 MLPs write fp32 pooled outputs that the graph casts to fp16 (forward, one kernel per
+    rank over its sharded pieces' outputs) and whose gradients it casts back (backward; a replicated group's over
+    the local batch): kernels the estimate launched but did not time. On 1 / 2 H100s at batch 65536 the table-wise
+    plan was estimated 2.6% below its simulation (1294 / 1747 us against 1329 / 1795 us), now within 1.5%."""
+    from hybrid.sharding.search import evaluate_plan, plan_estimate
+
+    c, model, costs = _three_tables(gpus, 65536, dtype="fp16", embedding_dtype="fp32")
+    r = gpus - 1
+    for spec in ({"a": r, "b": r, "c": r}, {"a": r, "b": "dp", "c": r}):
+        plan = ShardingPlan.from_dict(spec)
+        est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
+        assert est == pytest.approx(sim, rel=0.015), (spec, est, sim)
+
+
+@pytest.mark.parametrize(("gpus", "batch", "spec"), [
+    (1, 65536, {"a": 0, "b": 0, "c": 0}), (1, 65536, {"a": 0, "b": "dp", "c": 0}),
+    (2, 65536, {"a": 1, "b": 1, "c": 1}), (2, 65536, {"a": 1, "b": "dp", "c": 1}),
+    (1, 2048, {"a": "dp", "b": "dp", "c": "dp"})])
+def test_estimate_prices_the_grad_scalers_unscale_and_host_sync(gpus, batch, spec):
+    """Under a GradScaler (mixed precision) the graph unscales every sharded piece's sparse gradient values (batch x
+    pooling x dim elements: as much as a lookup's reads) and the replicated tables' dense gradients with the dense
+    layers', and the host reads the found-inf flag back (``.item()``: it waits for the GPU's backward) before it
+    launches the updates. The estimate had none of it: on 1 / 2 H100s at batch 65536 the table-wise plan was
+    estimated 1299 / 1752 us against 1676 / 2443 us simulated (-22% / -28%); every table replicated on one H100
+    at batch 2048 (host-bound: the unscale of the 2M-row table's gradient runs after the host's last launch before
+    it waits) 1539 against 1855 us (-17%). Now within 2%."""
+    from hybrid.sharding.search import evaluate_plan, plan_estimate
+
+    c, model, costs = _three_tables(gpus, batch, dtype="fp16", embedding_dtype="fp32", grad_scaler=True)
+    plan = ShardingPlan.from_dict(spec)
+    est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
+    assert est == pytest.approx(sim, rel=0.02), (est, sim)
+

@@ -52,6 +52,7 @@ from hybrid.sharding.memory import (
     tablewise_budget,
 )
 from hybrid.sharding.plan import Shard, ShardingPlan
+from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.dlrm import DLRMConfig
 from hybrid.workloads.dlrm_graph import (
     ADAGRAD_COALESCE_SCALE,
@@ -74,12 +75,15 @@ from hybrid.workloads.dlrm_graph import (
 )
 
 #: Measured peak memory of the plan search (tracemalloc, experiments/configs/dlrm_example.yaml): the greedy/search
-#: candidate matrices (placements x 9 state rows x ranks floats, several temporaries, and the launch terms'
+#: candidate matrices (placements x 10 state rows x ranks floats, several temporaries, and the launch terms'
 #: placements x ranks arrays) grow with ranks^2; the baselines and the simulation of each plan grow with ranks.
 #: Re-measured with the 9-row state and the launch terms (2026-12-07): the full search less the baselines alone
 #: took 149, 149 and 116 bytes per rank^2 at 256, 512 and 1024 ranks; the baselines alone 30, 53 and 106 MiB
-#: (so the fixed and per-rank terms below hold them with room).
-SEARCH_BYTES_PER_RANK2 = 150.0
+#: (so the fixed and per-rank terms below hold them with room). The state then grew a 10th row (the share of the
+#: embedding time after a GradScaler's host sync): the full search less the baselines then took 150 and 95 bytes per
+#: rank^2 at 256 and 512 ranks (tracemalloc, the same config, a 5 s local-search budget; the same script gave 127
+#: at 256 ranks before the row), held here by the old constant scaled by 10/9.
+SEARCH_BYTES_PER_RANK2 = 167.0
 BASELINE_BYTES_PER_RANK = 140e3
 SEARCH_FIXED_BYTES = 64 * 2**20
 #: Share of the available host memory a search may plan to use.
@@ -120,15 +124,16 @@ def check_search_size(gpus: int, strategies: list[str] | tuple[str, ...] | None,
 #: ``_HBMW``: those it keeps in its GPU's memory (held to :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`
 #: under ``auto`` placement, past which the graph moves them to host memory); ``_EMBF``: the forward lookups' share
 #: of ``_EMB`` (the all-to-alls between them and the backward synchronise the ranks: the iteration waits for the
-#: slowest rank's forward, then for the slowest rank's backward and update).
-_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP, _HOST, _HBMW, _EMBF = range(13)
-_N_COEFFS = 13
+#: slowest rank's forward, then for the slowest rank's backward and update); ``_EMBU``: the share of ``_EMB`` a
+#: GradScaler's host sync leaves after it (the sparse gradient's unscale and the optimizer update).
+_EMB, _MEM, _OSEND, _ORECV_ALL, _ORECV_H, _ISEND_ALL, _ISEND_H, _IRECV_H, _RW, _DP, _HOST, _HBMW, _EMBF, _EMBU = range(14)
+_N_COEFFS = 14
 #: Coefficients and state rows that differ between a piece in GPU memory and one in host memory.
-_PLACED_COLS, _PLACED_ROWS = [_EMB, _MEM, _HOST, _HBMW, _EMBF], [0, 1, 6, 7, 8]
+_PLACED_COLS, _PLACED_ROWS = [_EMB, _MEM, _HOST, _HBMW, _EMBF, _EMBU], [0, 1, 6, 7, 8, 9]
 #: Sharding type -> code of the search's launch state (:class:`_State`).
 SHARD_CODES = {"table_wise": 0, "column_wise": 1, "row_wise": 2, "data_parallel": 3}
 #: Rows of a search state (:class:`_State`).
-_N_ROWS = 9
+_N_ROWS = 10
 #: Size grid (bytes) on which collective times are predicted once and interpolated.
 _GRID = np.logspace(2, 11.5, 48)
 
@@ -160,6 +165,16 @@ class _LaunchModel:
     bucket_bytes: float  # DDP's bucket cap: data-parallel groups' gradients share buckets of at least this many bytes
     mp_bottom: bool  # model-parallel bottom MLP: rank 0 packs its output for the pooled all-to-all
     n_ranks: int
+    #: a GradScaler's host sync (``.item()`` of the found-inf flag: the host waits for the GPU's backward and the
+    #: dense gradients' unscale): ``post_base`` [R, categories] the host events from it on, less the reference
+    #: plan's own; kernels per sharded group (the sparse unscale and the update) and per data-parallel group (its
+    #: dense step) launched after it; ``dense_post_us`` the dense layers' optimizer kernels (after it too)
+    sync: bool = False
+    post_base: np.ndarray | None = None
+    post_per_group: float = 0.0
+    post_per_dp_group: float = 0.0
+    dense_post_us: float = 0.0
+    dense_unscale_us: float = 0.0  # the dense gradients' unscale (the last kernel before the sync), dense part
 
     def host_us(self, overheads: Overheads, kernels: np.ndarray, collectives: np.ndarray) -> np.ndarray:
         """[n, R] host time (us) of each rank given the plans' embedding launches [n, R] of each kind."""
@@ -247,9 +262,15 @@ class CostTables:
     launch: _LaunchModel | None = None
     piece_key: np.ndarray | None = None
     group_floor_us: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    #: the share of ``group_floor_us``'s sharded backward a GradScaler's host sync leaves after it (the update's and
+    #: the unscale's fixed times), and the fixed time of a rank's forward and backward output casts (paid once by a
+    #: rank holding sharded pieces)
+    post_floor_us: float = 0.0
+    rank_floor_us: tuple[float, float] = (0.0, 0.0)
+    dp_unscale_us_per_byte: float = 0.0  # a replicated table's share of that unscale, per byte of its weights
 
     def host_per_node(self, v: np.ndarray) -> np.ndarray:
-        """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 9, R]:
+        """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 10, R]:
         what the node's host memory takes when they all live there (``host``); under ``auto`` the graph keeps some
         in GPU memory (:func:`hybrid.workloads.dlrm_graph.place_pieces`), so this is an upper bound there, and a
         plan the search keeps passes the memory check's host test."""
@@ -323,8 +344,11 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         piece_pool[:, j] = pool / o.k if o.type == "row_wise" else pool
         piece_batch[:, j] = B if o.type == "data_parallel" else Bg
     n = T * n_opt
+    # the lookups gather and update rows in the tables' own dtype, as the graph's rows say (mixed precision: fp32
+    # tables under fp16 MLPs; priced in the MLPs' dtype they moved half their bytes)
+    emb_dt = config.embedding_dtype
     emb = pd.DataFrame({
-        "op": "embedding_bag", "device": target.device.key, "dtype": dt, "num_tables": 1,
+        "op": "embedding_bag", "device": target.device.key, "dtype": emb_dt, "num_tables": 1,
         "num_embeddings": piece_rows.ravel(), "embedding_dim": piece_dim.ravel(),
         "pooling_factor": np.maximum(piece_pool.ravel(), 1e-3), "batch_size": piece_batch.ravel(),
         "zipf_alpha": np.repeat(alpha, n_opt), "index_dist": np.where(np.repeat(alpha, n_opt) > 0, "zipf", "uniform"),
@@ -337,7 +361,7 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     bwd_variant = np.array(["dense_sgd" if o.type == "data_parallel" else "sparse_sgd" for o in options])
     emb = pd.concat([emb.assign(direction="fwd", variant=LOOKUP_FWD_VARIANT),
                      emb.assign(direction="bwd", variant=np.tile(bwd_variant, T))], ignore_index=True)
-    floor = pd.DataFrame({"op": "embedding_bag", "device": target.device.key, "dtype": dt, "num_tables": 1,
+    floor = pd.DataFrame({"op": "embedding_bag", "device": target.device.key, "dtype": emb_dt, "num_tables": 1,
                           "num_embeddings": 1.0, "embedding_dim": 1.0, "pooling_factor": 1e-3, "batch_size": 1.0,
                           "zipf_alpha": 0.0, "index_dist": "uniform", "direction": ["fwd", "bwd", "bwd"],
                           "variant": [LOOKUP_FWD_VARIANT, "sparse_sgd", "dense_sgd"]})
@@ -359,9 +383,36 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     # and of the row-wise partial sums), priced on an element grid as the graph's ``copy`` rows
     copies = pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": dt, "variant": "copy",
                            "direction": "fwd", "elements": _GRID}) if R > 1 else None
-    table = pd.concat([emb, floor, coll, *([upd] if adagrad else []), *([copies] if R > 1 else [])],
+    # the lookups' outputs cast to the dense dtype (forward, every sharded piece's pooled output) and their
+    # gradients back (backward; a replicated table's over the local batch), one kernel per rank (a replicated group
+    # each), as the graph's ``cast`` rows; and under a GradScaler, the unscale of every sharded piece's sparse
+    # gradient values (batch x pooling x dim) and of a replicated table's dense gradient (rows x dim, with the dense
+    # gradients in one fp32 pass). Each priced per piece, the last row of each block a one-element kernel (the
+    # fixed time of a kernel, paid once)
+    cast_outputs = STORAGE_DTYPE.get(config.lookup_dtype, config.lookup_dtype) != STORAGE_DTYPE.get(dt, dt)
+    extra_rows = []
+    if cast_outputs:
+        width = DTYPE_BYTES[dt] / DTYPE_BYTES[config.lookup_dtype]
+        for direction, n_in, n_out in (("fwd", 1.0, width), ("bwd", width, 1.0)):
+            extra_rows.append(pd.DataFrame({
+                "op": "elementwise", "device": target.device.key, "dtype": config.lookup_dtype, "variant": "cast",
+                "direction": direction, "elements": np.append((piece_batch * piece_dim).ravel(), 1.0),
+                "n_inputs": n_in, "n_outputs": n_out, "flops_per_element": 0.0}))
+    if config.grad_scaler:
+        extra_rows.append(pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": emb_dt,
+                                        "variant": "scale_", "elements": np.maximum(np.append(
+                                            (piece_batch * piece_pool * piece_dim).ravel(), 1.0), 1.0)}))
+        extra_rows.append(pd.DataFrame({"op": "elementwise", "device": target.device.key, "dtype": "fp32",
+                                        "variant": "scale_", "elements": np.append(rows * dims, 1.0)}))
+    table = pd.concat([emb, floor, coll, *([upd] if adagrad else []), *([copies] if R > 1 else []), *extra_rows],
                       ignore_index=True)
     times, _ = predict_times(model, table)
+    extra_times = []  # per block: (times [rows], its one-element kernel's time)
+    e0 = len(table) - sum(len(x) for x in extra_rows)
+    for block in extra_rows:
+        extra_times.append((times[e0:e0 + len(block) - 1], float(times[e0 + len(block) - 1])))
+        e0 += len(block)
+    times = times[:len(table) - sum(len(x) for x in extra_rows)]
     # a data-parallel table's update is the dense optimizer pass (``dp_update_us_per_byte``), as in the graph: its
     # backward row (backward + update, as profiled) keeps only the backward's share
     keep = 1.0 - dense_sgd_update_share(table.iloc[: 2 * n + 3])
@@ -374,11 +425,38 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     c0 = 2 * n + 3
     sharded_bwd = np.array([o.type != "data_parallel" for o in options])
     bwd_us = np.maximum(bwd - b_floor, 0.0) * np.where(sharded_bwd, sparse_scale, 1.0)
+    # the sparse optimizer step's share (the update share of SGD's row; Adagrad's coalesce and update), which a
+    # GradScaler's host sync leaves after it
+    post_share = ADAGRAD_COALESCE_SCALE if adagrad else SPARSE_SGD_UPDATE_SHARE
+    post_us = np.where(sharded_bwd, np.maximum(bwd - b_floor, 0.0) * post_share, 0.0)
     upd_floor = 0.0
     if adagrad:
         u0 = c0 + len(coll_ops) * len(_GRID)
         upd_floor = float(times[u0 + n])
-        bwd_us = bwd_us + np.where(sharded_bwd, np.maximum(times[u0:u0 + n].reshape(T, n_opt) - upd_floor, 0.0), 0.0)
+        upd_us = np.where(sharded_bwd, np.maximum(times[u0:u0 + n].reshape(T, n_opt) - upd_floor, 0.0), 0.0)
+        bwd_us, post_us = bwd_us + upd_us, post_us + upd_us
+    post_floor = float(times[2 * n + 1]) * post_share + upd_floor
+    blocks = iter(extra_times)
+    rank_floor = (0.0, 0.0)  # fixed time of a rank's forward and backward cast (once per rank with sharded pieces)
+    dp_cast_floor = 0.0
+    if cast_outputs:
+        (cf, cf_floor), (cb, cb_floor) = next(blocks), next(blocks)
+        cf = np.maximum(cf.reshape(T, n_opt) - cf_floor, 0.0)
+        cb = np.maximum(cb.reshape(T, n_opt) - cb_floor, 0.0)
+        emb_fwd_us = emb_fwd_us + np.where(sharded_bwd, cf, 0.0)
+        bwd_us = bwd_us + cb  # (a replicated group casts its gradient, over the local batch, alone)
+        rank_floor, dp_cast_floor = (cf_floor, cb_floor), cb_floor
+    unscale_floor = dp_unscale = 0.0
+    if config.grad_scaler:
+        (su, su_floor), (du, du_floor) = next(blocks), next(blocks)
+        su = np.where(sharded_bwd, np.maximum(su.reshape(T, n_opt) - su_floor, 0.0), 0.0)
+        bwd_us, post_us = bwd_us + su, post_us + su
+        post_floor += su_floor
+        # a replicated table's gradient joins the dense gradients' unscale (one kernel, its fixed time paid there)
+        du = np.maximum(du - du_floor, 0.0)
+        bwd_us = bwd_us + np.where(sharded_bwd, 0.0, du[:, None])
+        dp_unscale = float(du.max() / max(float((rows * dims).max()) * config.embedding_dtype_bytes, 1.0))
+        unscale_floor = su_floor  # (once per sharded group: added to its backward's fixed time below)
     emb_us = emb_fwd_us + bwd_us
     grids = {op: np.maximum(times[c0 + i * len(_GRID): c0 + (i + 1) * len(_GRID)], 1e-6)
              for i, op in enumerate(coll_ops)}
@@ -395,9 +473,11 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         sharded = np.array([o.type != "data_parallel" for o in options])  # (replicated tables stay on the GPU)
         emb_us = emb_us + np.where(sharded, link_us, 0.0)
         emb_fwd_us = emb_fwd_us + np.where(sharded, fwd_link_us, 0.0)
+        post_us = post_us + np.where(sharded, link_us - fwd_link_us, 0.0)  # (the update's rows)
     valid = _valid(config, options)
     emb_us = np.where(valid, emb_us, np.inf)
     emb_fwd_us = np.where(valid, emb_fwd_us, 0.0)  # (an invalid option's total is inf already)
+    post_us = np.where(valid, post_us, 0.0)
     # additive coefficients per (table, option)
     mult = optimizer_multiplier(config)
     frag = 1.0 + FRAGMENTATION
@@ -411,6 +491,7 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         w_held = 0.0 if host_weights else w  # a sharded piece's weights and state (in host memory: none on the GPU)
         C[:, j, _EMB] = emb_us[:, j]
         C[:, j, _EMBF] = emb_fwd_us[:, j]
+        C[:, j, _EMBU] = post_us[:, j]
         if host_weights and o.type != "data_parallel":  # (replicated tables stay on the GPU: place_pieces)
             C[:, j, _HOST] = w / o.k * mult
         else:
@@ -455,8 +536,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     # a fused kernel's fixed time, which the marginal costs above leave out of every table: once per group (the
     # sharded backward's row is split between the backward and the SGD update, whose floors add to one row's;
     # Adagrad's backward share, coalesce and update each pay theirs)
-    dp_floor = float(f_floor + times[2 * n + 2])
-    sparse_floor = float(times[2 * n + 1]) * sparse_scale + upd_floor
+    dp_floor = float(f_floor + times[2 * n + 2]) + dp_cast_floor
+    sparse_floor = float(times[2 * n + 1]) * sparse_scale + upd_floor + unscale_floor
     # the engine's defaults, as simulate takes them for this model: one launch costs the dispatch the model measured
     # on this GPU, where it did (hybrid.engine.overheads.measured_dispatch_us)
     default_overheads = dispatch_overheads(Overheads(), measured_dispatch_us(model, [dev.key]))
@@ -464,7 +545,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
                       config.dense_params() * eb, **host, catalog=catalog, dense_us=dense_us,
                       synchronous_host=dev.kind == "cpu", launch=launch, piece_key=keys.reshape(T, n_opt),
                       overheads=overheads if overheads is not None else default_overheads, dtype_bytes=float(eb),
-                      group_floor_us=(float(f_floor), sparse_floor, dp_floor))
+                      group_floor_us=(float(f_floor), sparse_floor, dp_floor), post_floor_us=post_floor,
+                      rank_floor_us=(float(rank_floor[0]), float(rank_floor[1])), dp_unscale_us_per_byte=dp_unscale)
 
 
 # ------------------------------------------------------------------------------------------------ search state
@@ -472,8 +554,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
 class _State:
     """Additive per-rank totals of a (partial) plan."""
 
-    #: [9, R]: emb, mem, osend, orecv, isend, irecv, host, hbm (weights and state in host / GPU memory), emb_fwd
-    #: (the forward share of emb)
+    #: [10, R]: emb, mem, osend, orecv, isend, irecv, host, hbm (weights and state in host / GPU memory), emb_fwd
+    #: (the forward share of emb), emb_post (the share after a GradScaler's host sync: unscale and update)
     v: np.ndarray
     rw: float = 0.0
     dp: float = 0.0
@@ -489,7 +571,7 @@ class _State:
 
 
 def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
-    """[n, 9, R] state change of adding n pieces with coefficient rows ``coef`` [n, 13] on holders ``H`` [n, R]."""
+    """[n, 10, R] state change of adding n pieces with coefficient rows ``coef`` [n, 14] on holders ``H`` [n, R]."""
     H = H.astype(np.float64)
     out = np.empty((len(coef), _N_ROWS, H.shape[1]))
     out[:, 0] = H * coef[:, _EMB, None]
@@ -501,12 +583,13 @@ def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
     out[:, 6] = H * coef[:, _HOST, None]
     out[:, 7] = H * coef[:, _HBMW, None]
     out[:, 8] = H * coef[:, _EMBF, None]
+    out[:, 9] = H * coef[:, _EMBU, None]
     return out
 
 
 def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
                extra: np.ndarray | None = None, groups: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
-    """Estimated iteration-dependent time (us) for states ``v`` [n, 9, R] (inf where a rank's memory overflows, or
+    """Estimated iteration-dependent time (us) for states ``v`` [n, 10, R] (inf where a rank's memory overflows, or
     a node's host memory the tables placed there: :meth:`CostTables.host_per_node`, or, under ``auto`` placement,
     a rank's tables in GPU memory pass the share the graph keeps there: it would move some to host memory).
 
@@ -531,7 +614,9 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
                + costs.collective_us("copy", np.asarray(rw, dtype=np.float64) / eb)[:, None])
     if groups is not None:
         f_floor, b_floor, dp_floor = costs.group_floor_us
-        fwd, bwd = fwd + f_floor * groups[0], bwd + b_floor * groups[0]
+        has = groups[0] > 0
+        fwd = fwd + f_floor * groups[0] + costs.rank_floor_us[0] * has
+        bwd = bwd + b_floor * groups[0] + costs.rank_floor_us[1] * has
     emb = fwd.max(axis=1) + bwd.max(axis=1)
     if groups is not None:  # the data-parallel lookups of every rank
         emb = emb + dp_floor * groups[1]
@@ -562,22 +647,58 @@ def _objective(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray,
 
 
 def _estimate(costs: CostTables, v: np.ndarray, rw: np.ndarray, dp: np.ndarray, extra: np.ndarray | None = None,
-              launch: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+              launch: tuple[np.ndarray, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The search's estimate of n plans (:func:`plan_estimate`'s quantity; inf where a memory overflows) and their
     GPU time: :func:`_objective` plus the dense layers' kernels, after the host's lead (its per-iteration work and
-    first launch, which the first GPU op waits for); the estimate is that or the busiest host's time, whichever is
-    longer (their sum on a CPU device, whose host waits for every kernel). ``launch``: ``(busiest host's time
-    [n], sharded groups per rank [n, R], data-parallel groups [n])`` of the plans (:meth:`_Search._launch_terms`;
-    None without a host term: the GPU's time alone)."""
+    first launch, which the first GPU op waits for); the estimate is that or the busiest host's time and the
+    GPU work still queued after its last launch (:func:`_dp_tail_us`), whichever is longer (their sum on a CPU
+    device, whose host waits for every kernel). ``launch``: ``(busiest host's time [n], sharded groups per rank
+    [n, R], data-parallel groups [n], data-parallel gradient bytes per fused group [n, keys])`` of the plans
+    (:meth:`_Search._launch_terms`; None without a host term: the GPU's time alone)."""
     if launch is None:
         gpu = _objective(costs, v, rw, dp, extra) + costs.dense_us
         return gpu, gpu
-    host, groups, n_dpg = launch
+    host, groups, n_dpg, dpb = launch
     gpu = _objective(costs, v, rw, dp, extra, (groups, n_dpg)) + costs.dense_us
     if costs.synchronous_host:  # (the host's own time holds its lead)
         return np.where(np.isfinite(gpu), host + gpu, gpu), gpu
-    gpu = gpu + costs.launch.lead @ costs.overheads.vector()
-    return np.where(np.isfinite(gpu), np.maximum(host, gpu), gpu), gpu
+    lm, vec = costs.launch, costs.overheads.vector()
+    k_us = vec[OVERHEAD_CATEGORIES.index("kernel_launch")]
+    gpu = gpu + lm.lead @ vec
+    tail = _dp_tail_us(costs, dpb, k_us)
+    if not lm.sync:
+        return np.where(np.isfinite(gpu), np.maximum(host + tail, gpu), gpu), gpu
+    # a GradScaler's host sync splits the iteration in two: the host waits there for the GPU's backward (and the
+    # dense gradients' unscale), then reads the flag (one launch's time) and only then launches the sparse unscales,
+    # the updates and the dense steps, which the GPU runs after it: the longer of host and GPU before the sync, plus
+    # the longer after it (the host's launches and the steps it leaves queued, or the GPU's work after the flag and
+    # the first launch). Left out, a mixed-precision plan's update ran beside the backward in the estimate
+    post_host = ((lm.post_base @ vec)[None] + k_us * (lm.post_per_group * groups
+                                                       + lm.post_per_dp_group * n_dpg[:, None])).max(axis=1)
+    post_gpu = ((v[:, 9] + costs.post_floor_us * groups).max(axis=1) + lm.dense_post_us
+                + np.asarray(dp, dtype=np.float64) * costs.dp_update_us_per_byte)
+    # the dense gradients' unscale, which the host launches last before it waits, runs after its launches when the
+    # host leads (a replicated 2M-row table's share: 300 us on an H100)
+    unscale = lm.dense_unscale_us + np.asarray(dp, dtype=np.float64) * costs.dp_unscale_us_per_byte
+    est = (np.maximum(host - post_host + unscale, gpu - post_gpu)
+           + np.maximum(post_host + tail, post_gpu + 2.0 * k_us))
+    return np.where(np.isfinite(gpu), est, gpu), gpu
+
+
+def _dp_tail_us(costs: CostTables, dpb: np.ndarray, launch_us: float) -> np.ndarray:
+    """[n] GPU time (us) left after the host's last launch: the data-parallel tables' dense optimizer steps, one
+    kernel per fused group (``dpb`` [n, keys]: their bytes, by embedding dim as the graph orders them), are the
+    last kernels a rank launches; a host-bound rank launches each as the GPU gets to it, so the iteration ends
+    the longest of (the steps from the k-th on, less the launches of the later ones) after the host's last
+    launch. Left out, a host-bound plan replicating a 2M-row table on one H100 (batch 2048) was estimated at
+    the host's 960 + 64 us against 1422 us simulated (-28%): its 460 us step ran after the last launch."""
+    d = np.asarray(dpb, dtype=np.float64) * costs.dp_update_us_per_byte
+    if d.ndim != 2 or d.shape[1] == 0:
+        return np.zeros(len(d))
+    present = d > 0
+    after_d = np.cumsum(d[:, ::-1], axis=1)[:, ::-1]  # the steps from group k on
+    after_n = np.cumsum(present[:, ::-1], axis=1)[:, ::-1]
+    return np.where(present, after_d - (after_n - 1) * launch_us, 0.0).max(axis=1).clip(min=0.0)
 
 
 def _lexmin(objs: np.ndarray, gpu: np.ndarray) -> int:
@@ -694,10 +815,10 @@ class _Search:
         dpb[rows, key] += (kind == 3) * self.costs.coeffs[t, js, _DP]
         counts += np.stack([sharded, kind == 2, kind == 1, kind == 3], axis=1)
         kernels, colls = _launch_counts(lm, groups, a2a, *counts.T[:3], n_dpg, counts[:, 3], dpb)
-        return lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
+        return lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg, dpb
 
     def _moves_terms(self, A: list[np.ndarray], Bv: list[np.ndarray], M: list[np.ndarray],
-                     old: list[tuple[int, tuple[int, ...]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     old: list[tuple[int, tuple[int, ...]]]) -> tuple[np.ndarray, ...]:
         """The launch terms of the local search's moves (per moved table: its candidates' tables ``A``, options
         ``Bv`` and holders ``M``, and where it is now, ``old``), in one call."""
         sizes = [len(a) for a in A[:len(old)]]
@@ -707,8 +828,7 @@ class _Search:
         return self._launch_terms(np.concatenate(A[:n]), np.concatenate(Bv[:n]), np.concatenate(M[:n]),
                                   moved=(j0, H0))
 
-    def _swap_terms(self, P: np.ndarray, Q: np.ndarray, b: int,
-                    rq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _swap_terms(self, P: np.ndarray, Q: np.ndarray, b: int, rq: np.ndarray) -> tuple[np.ndarray, ...]:
         """The launch terms (:func:`_estimate`) after swapping table-wise tables ``P`` (on rank ``b``) and ``Q``
         (on ranks ``rq``): only the two ranks' fused groups change."""
         s, tw = self.state, self._tw
@@ -720,12 +840,12 @@ class _Search:
         groups[i, rq] += other * ((s.cnt[rq, kp] == 0).astype(float) - (s.cnt[rq, kq] == 1))
         one = np.ones(len(P))
         n_dpg = float((s.dpc > 0).sum()) * one
+        dpb = np.repeat(s.dpb[None], len(P), axis=0)
         kernels, colls = _launch_counts(self._lm, groups, np.repeat((s.a2a > 0)[None], len(P), axis=0),
-                                        s.n[0] * one, s.n[1] * one, s.n[2] * one, n_dpg, s.n[3] * one,
-                                        np.repeat(s.dpb[None], len(P), axis=0))
-        return self._lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
+                                        s.n[0] * one, s.n[1] * one, s.n[2] * one, n_dpg, s.n[3] * one, dpb)
+        return self._lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg, dpb
 
-    def _terms_now(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    def _terms_now(self) -> tuple[np.ndarray, ...] | None:
         """The launch terms (:func:`_estimate`) of the plan as it stands."""
         lm = self._lm
         if lm is None:
@@ -735,13 +855,13 @@ class _Search:
         n_dpg = np.array([float((s.dpc > 0).sum())])
         kernels, colls = _launch_counts(lm, groups, (s.a2a > 0)[None], s.n[:1], s.n[1:2], s.n[2:3], n_dpg, s.n[3:4],
                                         s.dpb[None])
-        return lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg
+        return lm.host_us(self.costs.overheads, kernels, colls).max(axis=1), groups, n_dpg, s.dpb[None]
 
     def gpu_objective(self) -> float:
         """The GPU-side terms of the plan as it stands (:func:`_objective`, with its fused groups' fixed times)."""
         s, terms = self.state, self._terms_now()
         return float(_objective(self.costs, s.v[None], np.array([s.rw]), np.array([s.dp]),
-                                groups=None if terms is None else terms[1:])[0])
+                                groups=None if terms is None else terms[1:3])[0])
 
     def objective(self) -> tuple[float, float]:
         """The estimate of the plan as it stands and its GPU time (:func:`_estimate`)."""
@@ -849,7 +969,8 @@ class _Search:
         goes to option ``js`` [n]: the greedy construction's lower bound of the host side of the final plan (as
         ``extra`` is of its GPU side). With several ranks, a plan with no sharded table yet will either shard one
         of them, which launches on every rank the input all-to-alls (value counts, payload), the unpack and the
-        pooled (or row-wise) exchange and its gradient's (one kernel and four collectives), or replicate them all,
+        pooled (or row-wise) exchange and its gradient's (:meth:`_sharded_floor_us`: one kernel and four
+        collectives, counted by :func:`_launch_counts`), or replicate them all,
         which launches on every rank one fused lookup group (forward, backward, dense step) per embedding dim not
         replicated yet and the all-reduce of their gradients: the cheaper of the two. Without it, whichever table
         was sharded first paid the sharded plan's collectives alone, and the first tables went data-parallel to
@@ -871,8 +992,33 @@ class _Search:
         k_us, c_us = (vec[OVERHEAD_CATEGORIES.index(c)] for c in ("kernel_launch", "collective_launch"))
         new_groups = (wanted[None] & ~have).sum(axis=1)
         replicate = lm.per_dp_group * new_groups * k_us + (~have.any(axis=1)) * c_us
-        shard = k_us + 4.0 * c_us
-        return np.where(sharded, 0.0, np.minimum(shard, replicate))
+        return np.where(sharded, 0.0, np.minimum(self._sharded_floor_us(), replicate))
+
+    def _sharded_floor_us(self) -> float:
+        """Host time (us) every rank launches once any table is sharded, whichever and wherever: the least, over
+        the ranks and over one table placed table-wise, column-wise over two ranks or row-wise over all, of the
+        launches :func:`_launch_counts` adds to a plan with no sharded table less the piece's own lookup group
+        (a holder's), so that the greedy's lower bound follows the launch count the estimate prices."""
+        cached = getattr(self, "_floor_cache", None)
+        if cached is not None:
+            return cached
+        lm, R = self._lm, self.R
+        # rows: no sharded table; one table table-wise on the last rank, column-wise on the last two, row-wise
+        groups = np.zeros((4, R))
+        groups[1, R - 1] = 1.0
+        groups[2, R - 2:] = 1.0
+        groups[3] = 1.0
+        a2a = groups.astype(bool)
+        a2a[3] = False  # (a row-wise piece sends partial sums, not pooled outputs)
+        n_sharded, n_rw, n_cw = np.array([0.0, 1, 1, 1]), np.array([0.0, 0, 0, 1]), np.array([0.0, 0, 1, 0])
+        zero = np.zeros(4)
+        kernels, colls = _launch_counts(lm, groups, a2a, n_sharded, n_rw, n_cw, zero, zero, np.zeros((4, 1)))
+        vec = self.costs.overheads.vector()
+        k_us, c_us = (vec[OVERHEAD_CATEGORIES.index(c)] for c in ("kernel_launch", "collective_launch"))
+        own = lm.per_group * groups + lm.per_sharded_rank * (groups > 0)  # the piece's own group, on its holders
+        added = (kernels - own - kernels[0]) * k_us + (colls - colls[0]) * c_us
+        self._floor_cache = float(added[1:].min())
+        return self._floor_cache
 
     def local_search(self, max_steps: int = 5000, deadline: float | None = None, swaps: int = 4,
                      destinations: int = 8) -> _Search:
@@ -941,7 +1087,7 @@ class _Search:
                 break
             if self._lm is not None and not TERMS:  # (moves only)
                 TERMS.append(self._moves_terms(A, Bv, M, OLD))
-            terms = (tuple(np.concatenate([x[k] for x in TERMS]) for k in range(3)) if TERMS else None)
+            terms = (tuple(np.concatenate([x[k] for x in TERMS]) for k in range(4)) if TERMS else None)
             objs, gpu = _estimate(self.costs, np.concatenate(V), np.concatenate(RW), np.concatenate(DP), launch=terms)
             i = _lexmin(objs, gpu)
             # a better estimate, or (a host-bound plan) the same with less GPU time: more slack before the GPU binds
@@ -1135,11 +1281,24 @@ def _reference_terms(config: DLRMConfig, model: OpCostModel,
                        minlength=n_cat) if first.size else np.zeros(n_cat)
     cast = STORAGE_DTYPE.get(config.lookup_dtype, config.lookup_dtype) != STORAGE_DTYPE.get(config.dtype, config.dtype)
     fixed = np.bincount(g.rank[on_host], weights=g.fixed_us[on_host], minlength=R)
-    lm = _LaunchModel(base=base.astype(np.float64), lead=lead.astype(np.float64), fixed=fixed,
-                      per_group=2.0 + (1.0 if config.optimizer == "sgd" else 2.0) + float(config.grad_scaler),
-                      per_sharded_rank=2.0 * cast, per_dp_group=3.0 + 2.0 * cast, bucket_bytes=float(DDP_BUCKET_BYTES),
-                      mp_bottom=config.bottom_mlp_placement == "model_parallel" and R > 1, n_ranks=R)
     groups = np.array([[sum(1 for grp in lookup_groups(it.pieces, r) if grp["sharded"]) for r in range(R)]], float)
+    update_kernels = 1.0 if config.optimizer == "sgd" else 2.0
+    sync: dict[str, Any] = {}
+    if config.grad_scaler:  # the host events from the found-inf read on, per rank (a rank's host events in order)
+        idx = np.arange(len(g.rank))
+        is_sync = on_host & np.char.startswith(np.asarray(g.names, dtype=str), "GradScaler found_inf")
+        first = np.full(R, len(g.rank))
+        np.minimum.at(first, g.rank[is_sync], idx[is_sync])
+        post = on_host & (idx >= first[g.rank])
+        post_base = np.bincount(g.rank[post] * n_cat + g.overhead[post], minlength=R * n_cat).reshape(R, n_cat)
+        post_base = post_base.astype(np.float64)
+        post_base[:, OVERHEAD_CATEGORIES.index("kernel_launch")] -= (1.0 + update_kernels) * groups[0]
+        sync = {"sync": True, "post_base": post_base, "post_per_group": 1.0 + update_kernels,
+                "post_per_dp_group": 1.0}
+    lm = _LaunchModel(base=base.astype(np.float64), lead=lead.astype(np.float64), fixed=fixed,
+                      per_group=2.0 + update_kernels + float(config.grad_scaler),
+                      per_sharded_rank=2.0 * cast, per_dp_group=3.0 + 2.0 * cast, bucket_bytes=float(DDP_BUCKET_BYTES),
+                      mp_bottom=config.bottom_mlp_placement == "model_parallel" and R > 1, n_ranks=R, **sync)
     a2a = np.zeros((1, R), bool)
     a2a[0, 0] = True
     one = np.ones(1)
@@ -1157,7 +1316,15 @@ def _reference_terms(config: DLRMConfig, model: OpCostModel,
         return 0.0, lm
     ops = np.unique(g.op_index[:g.n_real][keep], return_counts=True)
     times, _ = predict_times(model, g.ops.iloc[ops[0]].reset_index(drop=True))
-    return float(np.dot(np.nan_to_num(times, nan=0.0), ops[1])), lm
+    times = np.nan_to_num(times, nan=0.0)
+    if lm.sync:  # the dense optimizer steps run after the GradScaler's host sync
+        names = np.asarray(g.names[:g.n_real], dtype=str)
+        part = {}
+        for what, name in (("dense_post_us", "dense optimizer step"), ("dense_unscale_us", "GradScaler unscale")):
+            these = np.unique(g.op_index[:g.n_real][keep & np.char.startswith(names, name)], return_counts=True)
+            part[what] = float(np.dot(times[np.searchsorted(ops[0], these[0])], these[1]))
+        lm = replace(lm, **part)
+    return float(np.dot(times, ops[1])), lm
 
 
 def _host_nodes(graph: CompiledGraph) -> np.ndarray:
@@ -1203,17 +1370,13 @@ def plan_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> 
     terms, :func:`plan_gpu_estimate`, plus the dense layers' kernels, ``costs.dense_us``, after the host's lead:
     its per-iteration work and first launch, ``costs.launch.lead``, before which no GPU op starts); on a CPU
     device, whose host waits for every kernel, their sum. The search's own objective (:meth:`_Search.objective`)
-    is the same quantity, counted incrementally."""
-    gpu = plan_gpu_estimate(config, costs, plan)
-    if not np.isfinite(gpu):
-        return gpu
-    host = _plan_host_us(config, costs, plan)
-    gpu += costs.dense_us
-    if costs.synchronous_host:
-        return host + gpu
-    if costs.launch is not None and costs.catalog is not None:
-        gpu += float(costs.launch.lead @ costs.overheads.vector())
-    return max(host, gpu)
+    is the same quantity, counted incrementally (:func:`_estimate`), the host's time aside."""
+    s = _loaded(config, costs, plan)
+    terms = s._terms_now()
+    if terms is not None:
+        terms = (np.array([_plan_host_us(config, costs, plan)]), *terms[1:])
+    est, _ = _estimate(costs, s.state.v[None], np.array([s.state.rw]), np.array([s.state.dp]), launch=terms)
+    return float(est[0])
 
 
 def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> float:
@@ -1222,8 +1385,14 @@ def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan)
     (``costs.placed``) each piece is priced where the graph places it
     (:func:`hybrid.workloads.dlrm_graph.place_pieces`: a rank's largest tables in host memory once they pass
     :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`), whichever placement ``costs`` planned with."""
+    return _loaded(config, costs, plan).gpu_objective()
+
+
+def _loaded(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> _Search:
+    """A search state holding ``plan``, each piece priced where the graph places it (``costs.placed``: under
+    ``auto`` placement a rank's largest tables in host memory once they pass its GPU memory share)."""
     if costs.placed is None:
-        return _Search(config, costs).load_plan(plan).gpu_objective()
+        return _Search(config, costs).load_plan(plan)
     hbm, host, device = costs.placed
     s = _Search(config, replace(costs, coeffs=hbm)).load_plan(plan)
     moved = [p for p in place_pieces(config, shard_pieces(config, plan), device) if p.host]
@@ -1235,7 +1404,7 @@ def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan)
         ranks = np.array([p.rank for p in moved])
         for row, col in zip(_PLACED_ROWS, range(len(_PLACED_COLS)), strict=True):
             np.add.at(s.state.v[row], ranks, diff[:, col])
-    return s.gpu_objective()
+    return s
 
 
 def _auto_costs(config: DLRMConfig, model: OpCostModel, target: Target, capacity: float,
