@@ -1584,18 +1584,13 @@ CHUNK_MIN_QUERIES = 16
 
 def square_attention(table: pd.DataFrame, baseline: pd.DataFrame) -> np.ndarray:
     """Attention rows of the regime every attention measurement has: square (``q_len == kv_len``, prefill and
-    training) with at least :data:`CHUNK_MIN_QUERIES` queries and no dropout inside the kernel (what
-    :class:`AttentionXGB` answers). No attention row of any source has dropout, which makes the kernel several
-    times slower (the H200's traced GPT-2 training forward, dropout 0.1: ~6x its roofline, ~2x without): such rows
-    stay with the pointwise model (the attention model had the traced BERT / GPT-2 training rows 38-65% low)."""
+    training) with at least :data:`CHUNK_MIN_QUERIES` queries (what :class:`AttentionXGB` answers)."""
     att = family_mask(baseline, ("attention",))
     if not att.any() or "q_len" not in table.columns or "kv_len" not in table.columns:
         return np.zeros(len(table), dtype=bool)
     q = pd.to_numeric(table["q_len"], errors="coerce").to_numpy(dtype=np.float64)
     kv = pd.to_numeric(table["kv_len"], errors="coerce").to_numpy(dtype=np.float64)
-    dropout = np.nan_to_num(pd.to_numeric(table["dropout"], errors="coerce").to_numpy(dtype=np.float64)) \
-        if "dropout" in table.columns else np.zeros(len(table))
-    return att & (q == kv) & (q >= CHUNK_MIN_QUERIES) & (dropout <= 0)
+    return att & (q == kv) & (q >= CHUNK_MIN_QUERIES)
 
 
 class PointwiseXGB(DispatchXGB):
