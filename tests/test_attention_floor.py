@@ -4,6 +4,7 @@ roofline, whatever the trees extrapolate (no training source has attention timin
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -88,3 +89,65 @@ def test_a_chunk_between_prefill_and_decode_costs_at_most_its_square_pieces(cata
     chunks = t[np.array(qs) >= 128]
     assert np.all(chunks[1:] >= 0.85 * chunks[:-1]), chunks  # more queries over the same keys: not faster
     assert np.all(t >= base["time_us"].to_numpy() * 0.5)
+
+
+@pytest.fixture(scope="module")
+def h200_fit():
+    """The default predictor fitted on the committed H200 profile (its 352 SDPA rows, 272 of them square)."""
+    from hybrid.data.bundle import load_bundle
+
+    table, catalog = load_bundle(Path(__file__).resolve().parents[1] / "datasets" / "H200")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return HybridPredictor(catalog).fit(table), table, catalog
+
+
+def _prefill(device: str, dtype: str, batch: int, heads: int, kv_heads: int, seq: int, **extra) -> pd.DataFrame:
+    return pd.DataFrame({"op": ["attention"], "device": device, "dtype": dtype, "direction": "fwd", "batch": batch,
+                         "heads": heads, "kv_heads": kv_heads, "q_len": seq, "kv_len": seq, "head_dim": 128,
+                         "causal": True, **extra})
+
+
+def test_prefill_attention_is_learned_from_attention_rows_and_transfers(h200_fit):
+    """The attention model (AttentionXGB) learns fused attention from the profile's SDPA rows with head size,
+    causal flag and query tiles per SM. Before it, the pointwise trees priced it from rows = batch x heads x q by
+    hidden = kv: Llama-2-7B's 2048-token A100 prefill attention at 4.6x its roofline (647 us; FlashAttention-2
+    runs such shapes at 50-73% of the A100's fp16 peak, i.e. 1.2-1.8x this roofline with its exps), and the
+    H200's own traced Llama SDPA forward (CUPTI, datasets/traces-h200) +80% off."""
+    pred, _, _ = h200_fit
+    a100 = pred.predict(_prefill("A100-SXM4-80GB", "fp16", 1, 32, 32, 2048), intervals=False, host=True)
+    ratio = float(a100["time_us"].iloc[0] / a100["roofline_us"].iloc[0])
+    assert 1.0 <= ratio <= 2.5, ratio
+    assert float(a100["host_us"].iloc[0] + a100["learned_host_us"].iloc[0]) == 0.0  # no framework: a kernel
+    # the traced Llama step's SDPA forward on the H200 (4 x 16 query / 8 KV heads x 1024, d 128, causal, bf16):
+    # 46.6 us of CUPTI kernel time per call (`hybrid trace kernels datasets/traces-h200/llama-bf16-sdpa`)
+    traced = pred.predict(_prefill("H200", "bf16", 4, 16, 8, 1024, framework="cupti"), intervals=False, host=True)
+    kernel = float(traced["time_us"].iloc[0] - traced["host_us"].iloc[0] - traced["learned_host_us"].iloc[0])
+    assert abs(kernel / 46.6 - 1) < 0.2, kernel
+
+
+def test_attention_model_answers_square_rows_and_leaves_decode_and_other_ops_to_the_pointwise_model(h200_fit):
+    """Square prefill/training rows are the attention model's (fitted on them alone); decode steps stay with the
+    pointwise model, and the pointwise trees no longer learn the square rows, so joining them to a calibration moves
+    no elementwise price (they had: the trees split the eager attention rows' dispatch into other ops)."""
+    from hybrid.corrections.kernel_xgb import AttentionXGB
+
+    pred, table, catalog = h200_fit
+    att = next(c for c in pred.corrections if isinstance(c, AttentionXGB))
+    assert att.fitted and att.summary.rows == 272 and att.dispatch_us > 5.0  # tiny decode calls: the dispatch
+    decode = _prefill("H200", "bf16", 8, 32, 8, 1).assign(kv_len=4096)
+    rows = pd.concat([_prefill("H200", "bf16", 1, 32, 32, 2048), decode], ignore_index=True)
+    base = roofline(rows, catalog)
+    mine = att.predict(rows, base, catalog)
+    assert np.isfinite(mine[0]) and np.isnan(mine[1])
+    assert pred.predict(rows, intervals=False)["time_us"].iloc[0] == pytest.approx(mine[0])
+    # the same predictor fitted without the square attention rows prices every non-attention op the same
+    other = table[table["op"] == "elementwise"].head(200)
+    square = (table["op"] == "attention") & (table["q_len"] == table["kv_len"]) & (table["q_len"] >= 16)
+    fit_rows = pd.concat([table[table["op"].isin(["elementwise", "softmax"])], table[square]], ignore_index=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        both = HybridPredictor(catalog).fit(fit_rows)
+        alone = HybridPredictor(catalog).fit(fit_rows[fit_rows["op"] != "attention"])
+    np.testing.assert_allclose(both.predict(other, intervals=False)["time_us"],
+                               alone.predict(other, intervals=False)["time_us"], rtol=1e-9)

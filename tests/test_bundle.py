@@ -246,3 +246,15 @@ def test_a_bundle_without_its_catalog_file_is_read_with_the_catalog_given(tmp_pa
     as_file = load_measurements([bare / "measurements.csv"], model_catalog)
     assert len(as_dir.table) == len(as_file.table) > 0
     assert set(as_dir.table["device"].astype(str)) == {"cpu-amd-epyc-1c"}
+
+
+def test_project_attention_rows_are_the_square_sdpa_rows_of_the_gpu_bundles():
+    """What the LLM benchmarks join to their public calibration: the H200 profile's square SDPA rows (prefill and
+    training, 16 queries or more), never a decode row (those stay priced as before)."""
+    from hybrid.data.bundle import load_project_attention
+
+    rows = load_project_attention("gpu")
+    assert len(rows) == 272 and set(rows["op"]) == {"attention"} and set(rows["device"]) == {"H200"}
+    assert (rows["q_len"] == rows["kv_len"]).all() and (rows["q_len"] >= 16).all()
+    assert rows["dtype"].value_counts().to_dict() == {"fp16": 112, "bf16": 112, "fp32": 48}
+    assert load_project_attention("cpu").empty  # the committed CPU bundle has no attention rows

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hybrid.data.traces import load_traces
-from hybrid.data.traces.opmap import ATTENTION_CAUSAL_ARG, map_op
+from hybrid.data.traces.opmap import ATTENTION_CAUSAL_ARG, ATTENTION_DROPOUT_ARG, map_op
 from hybrid.workloads.trace_units import trace_units
 
 torch = pytest.importorskip("torch")
@@ -150,6 +150,43 @@ def test_causal_argument_positions_match_pytorch_schemas():
             continue
         args = [a.name for a in op.default._schema.arguments]
         assert args[pos] in ("is_causal", "custom_mask_type"), (name, args)
+        checked += 1
+    assert checked >= 12
+
+
+def test_dropout_argument_is_recorded_on_the_attention_row():
+    """Training with attention dropout (BERT's and GPT-2's SDPA, dropout_p 0.1) runs the fused kernel with a
+    dropout mask drawn inside it: the H200's traced GPT-2 forward (8 x 12 x 1024, d 64, causal, cuDNN) takes 105 us,
+    ~6x its roofline against ~2x without dropout. The row records the probability from the op's own argument
+    (Kineto's concrete inputs, as traced: cuDNN forward at 5, backward at 13) and leaves it out where it is 0."""
+    sd = [[8, 12, 1024, 64]] * 3
+    fwd = [""] * 9
+    fwd[4], fwd[5], fwd[6] = "True", "0.10000000000000001", "True"
+    row = map_op("aten::_scaled_dot_product_cudnn_attention", sd, ["bf16"] * 3, extra={"concrete": fwd}).row
+    assert row["dropout"] == pytest.approx(0.1) and row["causal"] == 1
+    bwd = [""] * 11 + ["1024", "1024", "0.10000000000000001", "True", "0.125"]
+    row = map_op("aten::_scaled_dot_product_cudnn_attention_backward", [sd[0]] * 5, ["bf16"] * 5,
+                 extra={"concrete": bwd}).row
+    assert row["dropout"] == pytest.approx(0.1) and row["causal"] == 1 and row["direction"] == "bwd"
+    # the execution trace's values (floats, not strings); no dropout: no column
+    args = [None] * 10
+    args[3], args[4] = 0.25, True
+    assert map_op("aten::_scaled_dot_product_flash_attention", sd, ["bf16"] * 3,
+                  extra={"values": args}).row["dropout"] == pytest.approx(0.25)
+    args[3] = 0.0
+    assert "dropout" not in map_op("aten::_scaled_dot_product_flash_attention", sd, ["bf16"] * 3,
+                                   extra={"values": args}).row
+
+
+def test_dropout_argument_positions_match_pytorch_schemas():
+    assert set(ATTENTION_DROPOUT_ARG) == set(ATTENTION_CAUSAL_ARG)
+    checked = 0
+    for name, pos in ATTENTION_DROPOUT_ARG.items():
+        op = getattr(torch.ops.aten, name, None)
+        if op is None:
+            continue
+        args = [a.name for a in op.default._schema.arguments]
+        assert args[pos] == "dropout_p", (name, args)
         checked += 1
     assert checked >= 12
 

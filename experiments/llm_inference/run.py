@@ -316,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--with-gpu-bundles", action="store_true",
                     help="also fit on the project's GPU bundles (datasets/: eager PyTorch ops; off by default, "
                          "experiments/gpu_bundles/results.md says why)")
+    ap.add_argument("--no-gpu-attention", action="store_true",
+                    help="leave the project's GPU attention rows (datasets/H200: square SDPA prefill/training rows, "
+                         "hybrid.data.bundle.load_project_attention) out of the calibration: attention priced by "
+                         "extrapolating the pointwise trees, as before they joined it")
     ap.add_argument("--kernel-times", action="store_true",
                     help="cost the TensorRT-LLM tables' ops with kernel times (the fitted per-op dispatch taken "
                          "off, hybrid.engine.costs.KernelTimeModel); off by default: the builder models no per-op "
@@ -339,6 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     comp, net = load_vidur(data_dir)
     if tables is not None:
         fit = [comp, net]
+        if not (args.vidur_only or args.no_gpu_attention):  # the project's GPU attention rows, as in the report
+            from hybrid.data.bundle import load_project_attention
+
+            fit.append(load_project_attention("gpu"))
         if not args.vidur_only:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -360,6 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         from hybrid.data.bundle import load_project_bundles
 
         comp = pd.concat([comp, load_project_bundles("gpu")[0]], ignore_index=True, sort=False)
+    elif not args.no_gpu_attention:  # no public source times attention: the project's GPU rows price it
+        from hybrid.data.bundle import load_project_attention
+
+        comp = pd.concat([comp, load_project_attention("gpu")], ignore_index=True, sort=False)
     # with its 80% intervals calibrated as `hybrid calibrate` does (the point predictions are the same)
     pred = HybridPredictor().fit(pd.concat([comp, net], ignore_index=True), intervals=True)
     fit_s = time.time() - t0
@@ -375,11 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     xla = xla_section(data_dir, comp, net, pred)
     head = ["# LLM inference: TensorRT-LLM A100 tables and Vidur per-layer timings", "",
             f"Command: `python experiments/llm_inference/run.py{' --with-gpu-bundles' if args.with_gpu_bundles else ''}"
-            f"{' --kernel-times' if args.kernel_times else ''}` "
+            f"{' --no-gpu-attention' if args.no_gpu_attention else ''}{' --kernel-times' if args.kernel_times else ''}` "
             "(data: `../shared/datasets`). "
             f"Wall time {time.time() - t0:.0f} s on the shared 2-core machine (loaded; timings indicative only).", "",
             "Calibrated predictor: fitted on Vidur's A100/A40 per-layer op timings "
-            f"{'(plus the project GPU bundles) ' if args.with_gpu_bundles else ''}and collective timings "
+            f"{'(plus the project GPU bundles) ' if args.with_gpu_bundles else ''}"
+            f"{'' if args.with_gpu_bundles or args.no_gpu_attention else '(plus the square SDPA attention rows of the project GPU bundles: no public source times attention) '}"
+            "and collective timings "
             f"({len(comp)} + {len(net)} rows, {fit_s:.0f} s including import). The TensorRT-LLM tables were not used "
             "to fit or tune any constant (held out). MoE experts are costed as one grouped GEMM (batch = active "
             "experts); a per-expert-GEMM variant was tried after a first look at the tables and dropped (no gain on "

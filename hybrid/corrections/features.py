@@ -87,6 +87,21 @@ TRANSFER_DEVICE_FEATURES_V3 = ("dev_amd", "dev_cpu", "dev_log_path_ratio", "dev_
 #: Elementwise / norm / softmax / attention features.
 POINTWISE_FEATURES = ("op_code", "is_bwd", "log_elements", "log_rows", "log_hidden", "hidden_vec4", "n_inputs",
                       "n_outputs", "flops_per_element", "row_waves", "row_wave_eff")
+#: Fused-attention features (:class:`~hybrid.corrections.kernel_xgb.AttentionXGB`, every feature version): the
+#: kernel's own shape (direction, causal mask, head size, sequence lengths, query heads per KV head), its query
+#: tiles per SM (FlashAttention-style kernels run one thread block per 128 queries of a head: ``batch x heads x
+#: ceil(q_len / 128)`` blocks over the device's SMs, and their wave quantisation), how far above its ridge it sits
+#: and what share of its compute bound the softmax's exps take (``busy_us / compute_us`` of the roofline). No
+#: descriptor names a device: the efficiency learned is relative to the row's own roofline (the dtype's tensor-core
+#: peak for long prefill), so it carries to GPUs without attention rows through the SM count and these ratios.
+ATTENTION_FEATURES = ("is_bwd", "causal", "log_head_dim", "log_q_len", "log_kv_len", "log_gqa", "log_tile_waves",
+                      "tile_wave_eff", "dtype_bytes", "log_intensity_over_ridge", "log_exp_share")
+#: Device descriptors of the attention model: the class of device (vendor, CPU) and the dtype's path (tensor
+#: cores or not), never raw peaks or sizes (:data:`TRANSFER_DEVICE_FEATURES_V3`' ratios less the power per SM,
+#: which with one or two fitted GPUs only names them).
+ATTENTION_DEVICE_FEATURES = ("dev_amd", "dev_cpu", "dev_log_path_ratio")
+#: Queries per thread block of the FlashAttention-style kernels (FlashAttention-2 / cuDNN / CUTLASS forward tiles).
+ATTENTION_QUERY_TILE = 128
 #: Embedding-bag features (version 1).
 EMBEDDING_FEATURES = ("is_bwd", "dense_grad", "log_num_embeddings", "log_dim", "log_pooling", "log_batch", "log_tables",
                       "zipf_alpha", "log_lookups", "log_unique", "unique_fraction", "log_table_bytes_over_l2",
@@ -315,6 +330,19 @@ def pointwise_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndar
     return out
 
 
+def attention_arrays(table: pd.DataFrame, catalog: Catalog) -> dict[str, np.ndarray]:
+    """Own features of fused-attention rows (:data:`ATTENTION_FEATURES` less the roofline ones)."""
+    batch, heads = col(table, "batch", 1), col(table, "heads", 1)
+    q, kv, d = col(table, "q_len", 1), col(table, "kv_len", 1), col(table, "head_dim", 1)
+    kv_heads = col(table, "kv_heads", np.nan)
+    kv_heads = np.where(np.isnan(kv_heads) | (kv_heads <= 0), heads, kv_heads)
+    causal = np.nan_to_num(col(table, "causal", 0).astype(np.float64))
+    waves = batch * heads * np.ceil(q / ATTENTION_QUERY_TILE) / _sms(table, catalog)
+    return {"is_bwd": is_backward(table).astype(np.float64), "causal": (causal != 0).astype(np.float64),
+            "log_head_dim": _log(d), "log_q_len": _log(q), "log_kv_len": _log(kv), "log_gqa": _log(heads / kv_heads),
+            "log_tile_waves": _log(waves), "tile_wave_eff": waves / np.ceil(np.maximum(waves, 1e-9))}
+
+
 def conv_columns(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
     """Convolution features (:data:`CONV_FEATURES`)."""
     return pd.DataFrame(conv_arrays(table, catalog), index=table.index)
@@ -426,7 +454,7 @@ def table_pass_us(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
 
 #: Own-feature builders per model kind (dicts of per-row arrays).
 _OWN_ARRAYS = {"gemm": gemm_arrays, "pointwise": pointwise_arrays, "embedding": embedding_arrays,
-               "conv": conv_arrays}
+               "conv": conv_arrays, "attention": attention_arrays}
 
 
 def feature_arrays(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
@@ -436,6 +464,10 @@ def feature_arrays(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catal
     set of :func:`feature_names` with these arguments has some)."""
     names = feature_names(kind, use_device, version, transfer)
     out = {**_OWN_ARRAYS[kind](table, catalog), **base_arrays(table, baseline, catalog)}
+    if kind == "attention":  # the share of the compute bound the softmax's exps add (hybrid.ops.roofline)
+        busy = baseline["busy_us"].to_numpy(dtype=np.float64) if "busy_us" in baseline.columns \
+            else baseline["compute_us"].to_numpy(dtype=np.float64)
+        out["log_exp_share"] = _log(busy + 1e-6) - _log(baseline["compute_us"].to_numpy(dtype=np.float64) + 1e-6)
     if any(n.startswith("dev_") for n in names):
         values = device_array(table, catalog)
         out.update({name: values[:, j] for j, name in enumerate(DEVICE_COLUMNS)})
@@ -482,6 +514,8 @@ def feature_names(kind: str, use_device: bool = True, version: int = LATEST_FEAT
     """
     if version not in (1, 2, 3, 4):
         raise ValueError(f"unknown feature version {version!r} (this hybrid knows 1 to {LATEST_FEATURE_VERSION})")
+    if kind == "attention":  # one set for every version and use: no descriptor that names a device
+        return list(ATTENTION_FEATURES) + list(ATTENTION_DEVICE_FEATURES)
     if version == 1:
         own = {"gemm": GEMM_FEATURES, "pointwise": POINTWISE_FEATURES, "embedding": EMBEDDING_FEATURES,
                "conv": CONV_FEATURES}[kind]

@@ -1582,6 +1582,17 @@ class GemmXGB(DispatchXGB):
 CHUNK_MIN_QUERIES = 16
 
 
+def square_attention(table: pd.DataFrame, baseline: pd.DataFrame) -> np.ndarray:
+    """Attention rows of the regime every attention measurement has: square (``q_len == kv_len``, prefill and
+    training) with at least :data:`CHUNK_MIN_QUERIES` queries (what :class:`AttentionXGB` answers)."""
+    att = family_mask(baseline, ("attention",))
+    if not att.any() or "q_len" not in table.columns or "kv_len" not in table.columns:
+        return np.zeros(len(table), dtype=bool)
+    q = pd.to_numeric(table["q_len"], errors="coerce").to_numpy(dtype=np.float64)
+    kv = pd.to_numeric(table["kv_len"], errors="coerce").to_numpy(dtype=np.float64)
+    return att & (q == kv) & (q >= CHUNK_MIN_QUERIES)
+
+
 class PointwiseXGB(DispatchXGB):
     """Kernel efficiency of memory-bound row/pointwise kernels (elementwise, norms, softmax, attention)."""
 
@@ -1596,9 +1607,31 @@ class PointwiseXGB(DispatchXGB):
     default_feature_version = POINTWISE_FEATURE_VERSION
     default_envelope = True
 
+    #: Set by the predictor when an :class:`AttentionXGB` is fitted beside it: the square attention rows it answers
+    #: (prefill / training, :func:`square_attention`) are left to that model's fit, so this model learns attention
+    #: only where it still prices it (decode steps, chunks), and joining attention rows to a calibration moves no
+    #: other pointwise op (the trees had split the H200 profile's eager prefill rows, 36 us of dispatch in the small
+    #: ones, into A100 decode and 128-token prefill prices of 8x their roofline).
+    square_attention_elsewhere = False
+
     @property
     def key(self) -> str:
         return "kernel-xgb-pointwise"
+
+    def _select(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        mask = family_mask(baseline, self.families)
+        if self.square_attention_elsewhere:
+            mask &= ~square_attention(table, baseline)
+        return table.loc[mask], baseline.loc[mask]
+
+    def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+            sample_weight: np.ndarray | None = None) -> PointwiseXGB:
+        if self.square_attention_elsewhere:  # the rows _select keeps, so that weights and rows stay aligned
+            keep = ~square_attention(table, baseline)
+            table, baseline = table.loc[keep], baseline.loc[keep]
+            sample_weight = None if sample_weight is None else np.asarray(sample_weight)[keep]
+        super().fit(table, baseline, catalog, sample_weight)
+        return self
 
     def floor_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """GPU attention rows whose roofline bytes exceed :data:`ATTENTION_DRAM_FLOOR_L2` x the last-level cache
@@ -1679,3 +1712,97 @@ class ConvXGB(XGBCorrection):
     @property
     def key(self) -> str:
         return "kernel-xgb-conv"
+
+
+class AttentionXGB(DispatchXGB):
+    """Kernel efficiency of fused attention (SDPA / FlashAttention) over its roofline, learned from attention rows
+    alone with attention's own features (:data:`~hybrid.corrections.features.ATTENTION_FEATURES`: head size, causal
+    mask, query tiles per SM, ...) and no descriptor that names a device, so that the efficiency measured on one
+    GPU (the H200 profile's SDPA rows: 1.1-1.7x the roofline on large prefill shapes, whose compute bound is the
+    dtype's tensor-core peak plus the softmax's exps) carries to GPUs without attention rows through their SM
+    count and roofline. Before it, no training source but the profiles timed attention and the pointwise trees
+    priced it by extrapolating elementwise/norm/softmax rows, with neither head size nor causal flag:
+    Llama-2-7B's 2048-token A100 prefill attention at 2.8x its roofline (~28% of the fp16 peak).
+
+    Answers the measured regime only: square attention (``q_len == kv_len``, prefill and training) of at least
+    :data:`CHUNK_MIN_QUERIES` queries, on the kind of processor (GPU / CPU) it was fitted on; decode steps and
+    prompt chunks over a longer context stay with :class:`PointwiseXGB` (its DRAM floor and chunk bound), which
+    is fitted before it on the same rows. The framework dispatch of eager-timed rows is a fitted constant
+    (:class:`DispatchXGB`, feature version 4) estimated on every attention row (the tiny decode calls are
+    almost pure dispatch), added back only on rows that name a framework that times through the host: a row of
+    an LLM builder or an inference engine (no ``framework``) is priced as the kernel alone."""
+
+    kind = "attention"
+    name = "kernel-xgb"
+    families = ("attention",)
+    min_rows = 50
+    default_transfer = False
+    default_feature_version = 4
+    default_envelope = False
+
+    @property
+    def key(self) -> str:
+        return "kernel-xgb-attention"
+
+    @property
+    def roofline_floor(self) -> float | None:
+        """A GPU attention kernel does not beat its roofline (tensor-core peak with the exps, or HBM): the H200
+        profile's 352 rows all sit at 1.07x it or more."""
+        return 1.0
+
+    def _dispatched(self, table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """GPU rows timed through a framework that names itself (eager PyTorch profiles): rows with no
+        ``framework`` (LLM builders, engines) are kernels."""
+        named = factor_map(table["framework"], lambda n: bool(n.strip()), "").astype(bool) \
+            if "framework" in table.columns else np.zeros(len(table), dtype=bool)
+        return super()._dispatched(table, catalog) & named
+
+    def _square(self, table: pd.DataFrame, baseline: pd.DataFrame) -> np.ndarray:
+        """Attention rows of the measured regime (:func:`square_attention`)."""
+        return square_attention(table, baseline)
+
+    def _answered(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog | None = None) -> np.ndarray:
+        """:meth:`_square` rows, on the kinds of processor of the fit's devices when ``catalog`` is given."""
+        rows = self._square(table, baseline)
+        if catalog is not None and rows.any() and self.summary.devices:
+            fitted = {catalog.device(key).kind for d in self.summary.devices
+                      if (key := catalog.resolve_device(d, missing_ok=True)) is not None}
+            kinds = factor_map(table["device"], lambda d: catalog.device(d).kind, "").astype(str)
+            rows &= np.isin(kinds, sorted(fitted))
+        return rows
+
+    def _select(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+        mask = self._square(table, baseline)
+        return table.loc[mask], baseline.loc[mask]
+
+    def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+            sample_weight: np.ndarray | None = None) -> AttentionXGB:
+        att = family_mask(baseline, self.families)
+        self.learned_dispatch = {}
+        self.dispatch_us = self.fit_dispatch(table.loc[att], baseline.loc[att], catalog) if att.any() else 0.0
+        rows = self._square(table, baseline)
+        if not rows.any():
+            raise InvalidInputError(f"{self.key}: no square attention rows (q_len == kv_len >= {CHUNK_MIN_QUERIES}) "
+                                    "to fit on")
+        w = None if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)[rows]
+        XGBCorrection.fit(self, table.loc[rows], baseline.loc[rows], catalog, w)
+        return self
+
+    def _family_rows(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame,
+                                                                             pd.DataFrame]:
+        mask = self._square(table, baseline)
+        if mask.all():
+            return mask, table, baseline
+        return mask, table.loc[mask], baseline.loc[mask]
+
+    def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row, the learned time of the rows it answers (:meth:`_answered`), NaN elsewhere (the predictor keeps
+        the pointwise model's price there)."""
+        self._check_fitted()
+        out = np.full(len(table), np.nan)
+        mask = self._answered(table, baseline, catalog)
+        if mask.any():
+            sub, base = table.loc[mask], baseline.loc[mask]
+            pred = self.reference_us(sub, base, catalog) * np.exp(self._log_ratio_rows(sub, base, catalog))
+            out[mask] = np.maximum(pred, self.floor_us(sub, base, catalog))
+        return out

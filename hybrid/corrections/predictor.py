@@ -61,12 +61,14 @@ from hybrid.corrections.intervals import (
     stratified_split,
 )
 from hybrid.corrections.kernel_xgb import (
+    AttentionXGB,
     ConvXGB,
     GemmXGB,
     PointwiseXGB,
     XGBCorrection,
     XGBParams,
     floored_devices,
+    square_attention,
 )
 from hybrid.data.schema import as_category, validate
 from hybrid.errors import DataQualityWarning, HybridError, InvalidInputError, TransferWarning
@@ -80,7 +82,7 @@ from hybrid.units import normalize_dtype
 FORMAT_VERSION = 1
 #: Correction classes a saved predictor may name.
 CORRECTION_CLASSES: dict[str, type[Correction]] = {
-    c.__name__: c for c in (GemmXGB, PointwiseXGB, ConvXGB, EmbeddingXGB, CollectiveSigmoid)
+    c.__name__: c for c in (GemmXGB, PointwiseXGB, AttentionXGB, ConvXGB, EmbeddingXGB, CollectiveSigmoid)
 }
 #: :meth:`HybridPredictor.predict` predicts identical rows once when at most this share of rows is distinct
 DEDUP_MAX_FRACTION = 0.7
@@ -106,14 +108,16 @@ _DIGEST_COLUMNS = ("device", "op", "dtype", "time_us", "b", "m", "n", "k", "elem
 
 
 def default_corrections(seed: int = 0, collective_transfer: bool = True) -> list[Correction]:
-    """One correction per family group: GEMM XGBoost, pointwise XGBoost, convolution XGBoost (fitted only where
+    """One correction per family group: GEMM XGBoost, pointwise XGBoost, attention XGBoost (fitted only where the
+    data has at least 50 attention rows; it answers square prefill/training attention in place of the pointwise
+    model, :class:`~hybrid.corrections.kernel_xgb.AttentionXGB`), convolution XGBoost (fitted only where
     the data has convolution rows), embedding XGBoost, collective sigmoids (``collective_transfer``, default on:
     with the cross-system transfer model for systems never measured, which beats the alpha-beta estimate on
     leave-one-system-out, ``experiments/collectives_accuracy/results.md``)."""
     emb = EmbeddingXGB()
     emb.params.seed = seed
-    return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), ConvXGB(XGBParams(seed=seed)), emb,
-            CollectiveSigmoid(transfer=collective_transfer)]
+    return [GemmXGB(XGBParams(seed=seed)), PointwiseXGB(XGBParams(seed=seed)), AttentionXGB(XGBParams(seed=seed)),
+            ConvXGB(XGBParams(seed=seed)), emb, CollectiveSigmoid(transfer=collective_transfer)]
 
 
 class HybridPredictor:
@@ -252,8 +256,17 @@ class HybridPredictor:
 
         self.fit_info = {}
         norm, base = self._drop_implausible(norm, base)
+        # an attention model that will be fitted takes the square attention rows from the pointwise model's fit
+        def fit_rows(corr: Correction) -> int:  # the attention model fits square attention rows only
+            rows = square_attention(norm, base) if isinstance(corr, AttentionXGB) else family_mask(base, corr.families)
+            return int(rows.sum())
+
+        attention = any(isinstance(c, AttentionXGB) and fit_rows(c) >= c.min_rows for c in self.corrections)
+        for corr in self.corrections:
+            if isinstance(corr, PointwiseXGB):
+                corr.square_attention_elsewhere = attention
         for corr in tqdm(self.corrections, desc="fit corrections", unit="model", disable=not progress, leave=False):
-            n = int(family_mask(base, corr.families).sum())
+            n = fit_rows(corr)
             if n < corr.min_rows:
                 self.fit_info[corr.key] = {"fitted": False, "rows": n,
                                            "reason": f"{n} rows of {'/'.join(corr.families)} (need {corr.min_rows})"}

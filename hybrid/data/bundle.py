@@ -175,6 +175,24 @@ def load_project_bundles(kind: str | None = None, root: str | os.PathLike | None
     return pd.concat(frames, ignore_index=True, sort=False), catalog
 
 
+def load_project_attention(kind: str | None = "gpu", root: str | os.PathLike | None = None) -> pd.DataFrame:
+    """The fused-attention rows of the project's bundles (:func:`load_project_bundles`) that the attention model
+    learns and answers: square attention (``q_len == kv_len``, prefill and training) of at least
+    :data:`~hybrid.corrections.kernel_xgb.CHUNK_MIN_QUERIES` queries (the H200 profile's 272 SDPA rows in fp32,
+    fp16 and bf16); empty when no bundle has any. No public source times an attention kernel, so a calibration on
+    public data joins these to price attention from a measurement (decode rows are left out: the pointwise model
+    keeps pricing decode steps as it did)."""
+    from hybrid.corrections.kernel_xgb import CHUNK_MIN_QUERIES
+
+    table, _ = load_project_bundles(kind, root)
+    if table.empty or "q_len" not in table.columns:
+        return pd.DataFrame()
+    q = pd.to_numeric(table["q_len"], errors="coerce")
+    kv = pd.to_numeric(table["kv_len"], errors="coerce")
+    rows = (table["op"] == "attention") & (q == kv) & (q >= CHUNK_MIN_QUERIES)
+    return table[rows].reset_index(drop=True)
+
+
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     """The bundle's ``meta.json`` (empty dict if it has none)."""
     meta = Path(path) / META_FILE

@@ -77,6 +77,8 @@ COLUMNS: tuple[Column, ...] = (
     _C("kv_len", "int", "attention: key/value length", positive=True),
     _C("head_dim", "int", "attention: head dimension", positive=True),
     _C("causal", "bool", "attention: causal mask"),
+    _C("dropout", "float", "attention: probability of the dropout drawn inside the fused kernel (SDPA's dropout_p "
+       "in training); empty = 0", nonneg=True),
     _C("softmax_overlap", "float", "attention: 1 = the kernel overlaps the softmax's exps with its matrix multiplies "
        "(FlashAttention-3, cuDNN on Hopper and later), 0 = in series (FlashAttention-2, PyTorch's flash and "
        "efficient backends); empty = by framework and GPU generation (hybrid.ops.roofline)", nonneg=True),

@@ -1051,6 +1051,23 @@ ATTENTION_CAUSAL_ARG = {
 }
 
 
+#: The same ops' ``dropout_p`` argument (the probability of the dropout mask drawn inside the kernel; BERT's and
+#: GPT-2's training SDPA calls use 0.1). Dropout makes the fused kernel much slower (the Philox random numbers and
+#: the mask per score: the H200's traced GPT-2 forward, 8 x 12 x 1024, d 64, causal, cuDNN, runs ~6x its roofline
+#: against ~2x without), so the row records it (``dropout``) where it is above 0.
+ATTENTION_DROPOUT_ARG = {
+    "scaled_dot_product_attention": 4,
+    "_scaled_dot_product_flash_attention": 3, "_scaled_dot_product_flash_attention_for_cpu": 3,
+    "_scaled_dot_product_efficient_attention": 5, "_scaled_dot_product_cudnn_attention": 5,
+    "_scaled_dot_product_fused_attention_overrideable": 4,
+    "_scaled_dot_product_flash_attention_backward": 10, "_scaled_dot_product_flash_attention_for_cpu_backward": 6,
+    "_scaled_dot_product_efficient_attention_backward": 9, "_scaled_dot_product_cudnn_attention_backward": 13,
+    "_scaled_dot_product_fused_attention_overrideable_backward": 12,
+    "_flash_attention_forward": 7, "_flash_attention_backward": 10,
+    "_efficient_attention_forward": 8, "_efficient_attention_backward": 11,
+}
+
+
 def _map_attention(base: str, tdims: list[list[int]], dtype: str, extra: dict, leaf: bool) -> OpMapping | None:
     """One fused attention op: ``batch, heads, q_len, kv_len, head_dim, kv_heads, causal`` from Q and K
     ([batch, heads, length, head_dim]; the flash/efficient kernels' own layout is [batch, length, heads, dim])."""
@@ -1067,6 +1084,12 @@ def _map_attention(base: str, tdims: list[list[int]], dtype: str, extra: dict, l
     causal = flag == "True" or (base.startswith("_efficient_attention") and flag not in ("", "0", "None"))
     row = {"op": "attention", "batch": q[0], "heads": q[1], "q_len": q[2], "kv_len": k[2], "head_dim": q[3],
            "kv_heads": k[1], "causal": int(causal), "dtype": dtype, "direction": "bwd" if bwd else "fwd"}
+    try:
+        dropout = float(_concrete(extra, ATTENTION_DROPOUT_ARG[base]))
+    except ValueError:  # not recorded (an empty concrete input, None)
+        dropout = 0.0
+    if math.isfinite(dropout) and 0.0 < dropout <= 1.0:
+        row["dropout"] = dropout
     if "flash" in base or "efficient" in base:
         # PyTorch's flash backend is FlashAttention-2 and its efficient backend a CUTLASS kernel of the same
         # shape: the softmax runs in series with the matrix multiplies on every GPU (cuDNN's kernel, and the
