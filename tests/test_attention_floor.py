@@ -128,9 +128,13 @@ def test_prefill_attention_is_learned_from_attention_rows_and_transfers(h200_fit
 
 def test_attention_model_answers_square_rows_and_leaves_decode_and_other_ops_to_the_pointwise_model(h200_fit):
     """Square prefill/training rows are the attention model's (fitted on them alone); decode steps stay with the
-    pointwise model, and the pointwise trees no longer learn the square rows, so joining them to a calibration moves
-    no elementwise price (they had: the trees split the eager attention rows' dispatch into other ops)."""
-    from hybrid.corrections.kernel_xgb import AttentionXGB
+    pointwise model. Rows joined to a calibration for the attention model alone (``load_project_attention``, tagged
+    ``source`` = ATTENTION_ONLY_SOURCE) move no elementwise price (learned, they had: the trees split the eager
+    attention rows' dispatch into other ops); a profile's own attention rows are still learned by the pointwise
+    trees, whose other prices stay those of a fit without the attention model (leaving them out had moved the H200
+    bundle's H100 steps 8.6 -> 10.7%)."""
+    from hybrid.corrections.kernel_xgb import ATTENTION_ONLY_SOURCE, AttentionXGB
+    from hybrid.corrections.predictor import default_corrections
 
     pred, table, catalog = h200_fit
     att = next(c for c in pred.corrections if isinstance(c, AttentionXGB))
@@ -144,10 +148,20 @@ def test_attention_model_answers_square_rows_and_leaves_decode_and_other_ops_to_
     # the same predictor fitted without the square attention rows prices every non-attention op the same
     other = table[table["op"] == "elementwise"].head(200)
     square = (table["op"] == "attention") & (table["q_len"] == table["kv_len"]) & (table["q_len"] >= 16)
-    fit_rows = pd.concat([table[table["op"].isin(["elementwise", "softmax"])], table[square]], ignore_index=True)
+    own = table[table["op"].isin(["elementwise", "softmax"])]
+    joined = pd.concat([own, table[square].assign(source=ATTENTION_ONLY_SOURCE)], ignore_index=True)
+    profile = pd.concat([own, table[square]], ignore_index=True)
+    no_attention_model = [c for c in default_corrections() if not isinstance(c, AttentionXGB)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        both = HybridPredictor(catalog).fit(fit_rows)
-        alone = HybridPredictor(catalog).fit(fit_rows[fit_rows["op"] != "attention"])
+        both = HybridPredictor(catalog).fit(joined)
+        alone = HybridPredictor(catalog).fit(own)
+        as_profile = HybridPredictor(catalog).fit(profile)
+        before = HybridPredictor(catalog, no_attention_model).fit(profile)
     np.testing.assert_allclose(both.predict(other, intervals=False)["time_us"],
                                alone.predict(other, intervals=False)["time_us"], rtol=1e-9)
+    mine, theirs = (p.predict(other, intervals=False)["time_us"] for p in (as_profile, before))
+    np.testing.assert_allclose(mine, theirs, rtol=1e-9)
+    assert not np.allclose(mine, alone.predict(other, intervals=False)["time_us"], rtol=1e-3)  # they were learned
+    assert as_profile.predict(rows, intervals=False)["time_us"].iloc[0] != pytest.approx(
+        before.predict(rows, intervals=False)["time_us"].iloc[0], rel=1e-3)  # the square row: the attention model

@@ -1581,6 +1581,10 @@ class GemmXGB(DispatchXGB):
 #: would be as far from the measured shapes as the row.
 CHUNK_MIN_QUERIES = 16
 
+#: ``source`` of attention rows joined to a calibration for :class:`AttentionXGB` alone
+#: (:func:`hybrid.data.bundle.load_project_attention`): the pointwise trees do not learn them.
+ATTENTION_ONLY_SOURCE = "project-attention"
+
 
 def square_attention(table: pd.DataFrame, baseline: pd.DataFrame) -> np.ndarray:
     """Attention rows of the regime every attention measurement has: square (``q_len == kv_len``, prefill and
@@ -1607,12 +1611,16 @@ class PointwiseXGB(DispatchXGB):
     default_feature_version = POINTWISE_FEATURE_VERSION
     default_envelope = True
 
-    #: Set by the predictor when an :class:`AttentionXGB` is fitted beside it: the square attention rows it answers
-    #: (prefill / training, :func:`square_attention`) are left to that model's fit, so this model learns attention
-    #: only where it still prices it (decode steps, chunks), and joining attention rows to a calibration moves no
-    #: other pointwise op (the trees had split the H200 profile's eager prefill rows, 36 us of dispatch in the small
-    #: ones, into A100 decode and 128-token prefill prices of 8x their roofline).
+    #: Set by the predictor when an :class:`AttentionXGB` is fitted beside it: this model no longer answers the
+    #: square attention rows that one does (prefill / training, :func:`square_attention`). It still learns the ones
+    #: a calibration holds as its own rows (a profile's attention family: the H200 bundle's rows had informed its
+    #: softmax and elementwise prices, and leaving them out moved the H200 bundle's H100 steps 8.6 -> 10.7%), but
+    #: not rows joined for the attention model alone (``source`` :data:`ATTENTION_ONLY_SOURCE`,
+    #: :func:`hybrid.data.bundle.load_project_attention`), so that joining them moves no other pointwise op (learned,
+    #: they had split the H200 profile's eager prefill rows, 36 us of dispatch in the small ones, into A100 decode and
+    #: 128-token prefill prices of 8x their roofline).
     square_attention_elsewhere = False
+    _fitting = False
 
     @property
     def key(self) -> str:
@@ -1620,17 +1628,22 @@ class PointwiseXGB(DispatchXGB):
 
     def _select(self, table: pd.DataFrame, baseline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         mask = family_mask(baseline, self.families)
-        if self.square_attention_elsewhere:
+        if self.square_attention_elsewhere and not self._fitting:
             mask &= ~square_attention(table, baseline)
         return table.loc[mask], baseline.loc[mask]
 
     def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
             sample_weight: np.ndarray | None = None) -> PointwiseXGB:
-        if self.square_attention_elsewhere:  # the rows _select keeps, so that weights and rows stay aligned
-            keep = ~square_attention(table, baseline)
+        if "source" in table.columns:  # rows joined for the attention model alone (the class attribute's note)
+            keep = ~(square_attention(table, baseline) & (table["source"].astype(str) == ATTENTION_ONLY_SOURCE)
+                     ).to_numpy(dtype=bool)
             table, baseline = table.loc[keep], baseline.loc[keep]
             sample_weight = None if sample_weight is None else np.asarray(sample_weight)[keep]
-        super().fit(table, baseline, catalog, sample_weight)
+        self._fitting = True
+        try:
+            super().fit(table, baseline, catalog, sample_weight)
+        finally:
+            self._fitting = False
         return self
 
     def floor_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:

@@ -182,7 +182,7 @@ def load_project_attention(kind: str | None = "gpu", root: str | os.PathLike | N
     fp16 and bf16); empty when no bundle has any. No public source times an attention kernel, so a calibration on
     public data joins these to price attention from a measurement (decode rows are left out: the pointwise model
     keeps pricing decode steps as it did)."""
-    from hybrid.corrections.kernel_xgb import CHUNK_MIN_QUERIES
+    from hybrid.corrections.kernel_xgb import ATTENTION_ONLY_SOURCE, CHUNK_MIN_QUERIES
 
     table, _ = load_project_bundles(kind, root)
     if table.empty or "q_len" not in table.columns:
@@ -190,7 +190,8 @@ def load_project_attention(kind: str | None = "gpu", root: str | os.PathLike | N
     q = pd.to_numeric(table["q_len"], errors="coerce")
     kv = pd.to_numeric(table["kv_len"], errors="coerce")
     rows = (table["op"] == "attention") & (q == kv) & (q >= CHUNK_MIN_QUERIES)
-    return table[rows].reset_index(drop=True)
+    # tagged so that the pointwise trees leave them to the attention model (PointwiseXGB.square_attention_elsewhere)
+    return table[rows].reset_index(drop=True).assign(source=ATTENTION_ONLY_SOURCE)
 
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
