@@ -434,6 +434,9 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         u0 = c0 + len(coll_ops) * len(_GRID)
         upd_floor = float(times[u0 + n])
         upd_us = np.where(sharded_bwd, np.maximum(times[u0:u0 + n].reshape(T, n_opt) - upd_floor, 0.0), 0.0)
+        # (not here: a GPU coalesce's hottest-row term, ``COALESCE_US_PER_DUPLICATE``, which the graph charges once
+        # per fused group, for its most skewed member: a maximum, which these per-piece sums cannot carry; summed
+        # per piece it overstated a rank with several skewed tables of one dim up to 3.4x)
         bwd_us, post_us = bwd_us + upd_us, post_us + upd_us
     post_floor = float(times[2 * n + 1]) * post_share + upd_floor
     blocks = iter(extra_times)

@@ -38,7 +38,7 @@ from hybrid.engine.graph import COMM_STREAM, COMPUTE_STREAM, HOST, TaskGraph
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device
-from hybrid.ops.families import dense_sgd_update_share, expected_unique_rows
+from hybrid.ops.families import dense_sgd_update_share, expected_hottest_row_lookups, expected_unique_rows
 from hybrid.sharding.plan import ShardingPlan, split_evenly
 from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.dlrm import DLRMConfig
@@ -70,6 +70,15 @@ SPARSE_SGD_UPDATE_SHARE = 0.5
 #: coalesced rows (unique rows x dim), both as the cost model predicts them. Non-negative least squares on the
 #: 60 profiled sparse Adagrad steps (same script): 1.59, median error 32%.
 ADAGRAD_COALESCE_SCALE = 1.6
+#: GPU time per duplicate of a sparse gradient's most looked-up row (us) when CUDA's ``coalesce`` sums it: after
+#: sorting (and reading the unique count back to the host), its values kernel gives each distinct row one warp
+#: that adds the row's duplicates one after another (a dependent gather each: about a memory latency), so a
+#: skewed table's hottest row keeps one warp busy for ``hottest_row_lookups x`` this long after the rest of the
+#: GPU is done, while the host issues Adagrad's Python-level math. Fitted on the H100 profile's 60 sparse Adagrad
+#: steps in the form the graph prices them (``experiments/dlrm_validation/sparse_coalesce.py``: 0.202 us, error
+#: 19.3 -> 7.4%); the H200 profile's give 0.188 us (an independent check). GPUs only: a CPU's coalesce sorts and
+#: sums on the cores, which the linear terms already price.
+COALESCE_US_PER_DUPLICATE = {"gpu": 0.20}
 
 
 @dataclass(frozen=True)
@@ -473,6 +482,10 @@ def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
             "unique_rows": float(expected_unique_rows(np.array([m.rows for m in members], dtype=np.float64),
                                                       np.array([m.batch * m.pooling for m in members]),
                                                       np.array([m.zipf_alpha for m in members])).sum()),
+            # the fused table's most looked-up row (members' rows never collide: each has its own offset)
+            "hottest_row_lookups": float(expected_hottest_row_lookups(
+                np.array([m.rows for m in members], dtype=np.float64), np.array([m.batch * m.pooling for m in members]),
+                np.array([m.zipf_alpha for m in members])).max()),
             "tables": [m.table for m in members], "host": host,
             "row_wise_pieces": sum(m.type == "row_wise" for m in members),
         })
@@ -1049,14 +1062,24 @@ def build_dlrm_graph(
                 charge(r, hops["sparse_sgd_per_group"])
             else:  # coalesce (like the index-add of the backward) + dense Adagrad math over the coalesced rows
                 # the coalesce sorts and sums the sparse gradient, in GPU memory wherever the weights are
-                g.kernel(r, f"embedding {config.optimizer} coalesce", emb(grp, "bwd", "sparse_sgd"), deps=deps,
-                         host_deps=[step], scale=ADAGRAD_COALESCE_SCALE)
+                done = g.kernel(r, f"embedding {config.optimizer} coalesce", emb(grp, "bwd", "sparse_sgd"), deps=deps,
+                                host_deps=[step], scale=ADAGRAD_COALESCE_SCALE)
+                if "sparse coalesce host waits" in work:  # the sort's unique-row count read back by the host
+                    step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)",
+                                 kind="cpu", overhead="kernel_launch", deps=[done])
+                # then, queued behind it, the values kernel's warp that sums the hottest row's duplicates
+                hot_us = grp["hottest_row_lookups"] * COALESCE_US_PER_DUPLICATE.get(target.device.kind, 0.0)
+                if hot_us > 0:  # (part of the values kernel: no launch of its own)
+                    g.add(r, COMPUTE_STREAM, f"embedding {config.optimizer} coalesce: hottest row's duplicates "
+                          "summed serially", duration_us=_round(hot_us), deps=[step])
                 # weights and accumulators of the touched rows read and written (host memory: over the link)
                 done = g.kernel(r, f"embedding {config.optimizer} update", kop(
                     "elementwise", variant=config.optimizer, dtype=emb_dt,
                     elements=_round(grp["unique_rows"] * grp["embedding_dim"])),
-                    duration_us=host_us(grp, grp["unique_rows"], host_update_passes(config.optimizer)))
-            if "sparse coalesce host waits" in work:  # coalescing reads the unique-row count back to the host
+                    duration_us=host_us(grp, grp["unique_rows"], host_update_passes(config.optimizer)),
+                    host_deps=[step])
+            if config.optimizer == "sgd" and "sparse coalesce host waits" in work:
+                # SGD's sparse add coalesces the gradient first too: its unique-row count read back by the host
                 step = g.add(r, HOST, "sparse grad coalesce: unique rows to host (waits for the GPU)", kind="cpu",
                              overhead="kernel_launch", deps=[done])
             if config.optimizer != "sgd":  # Adagrad's Python-level sparse math runs once the coalesce has returned
