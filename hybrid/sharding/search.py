@@ -56,6 +56,7 @@ from hybrid.units import DTYPE_BYTES
 from hybrid.workloads.dlrm import DLRMConfig
 from hybrid.workloads.dlrm_graph import (
     ADAGRAD_COALESCE_SCALE,
+    COALESCE_US_PER_DUPLICATE,
     DDP_BUCKET_BYTES,
     INDEX_BYTES,
     LOOKUP_FWD_VARIANT,
@@ -268,6 +269,10 @@ class CostTables:
     post_floor_us: float = 0.0
     rank_floor_us: tuple[float, float] = (0.0, 0.0)
     dp_unscale_us_per_byte: float = 0.0  # a replicated table's share of that unscale, per byte of its weights
+    #: a GPU's sparse Adagrad: time per duplicate of a fused table's hottest row in the coalesce
+    #: (:data:`~hybrid.workloads.dlrm_graph.COALESCE_US_PER_DUPLICATE`; 0: SGD, or a CPU). A maximum per fused group,
+    #: which the per-piece coefficients cannot carry: :func:`plan_estimate` adds it per plan (:func:`_hottest_rows`)
+    coalesce_us_per_duplicate: float = 0.0
 
     def host_per_node(self, v: np.ndarray) -> np.ndarray:
         """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 10, R]:
@@ -437,6 +442,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         # (not here: a GPU coalesce's hottest-row term, ``COALESCE_US_PER_DUPLICATE``, which the graph charges once
         # per fused group, for its most skewed member: a maximum, which these per-piece sums cannot carry; summed
         # per piece it overstated a rank with several skewed tables of one dim up to 3.4x)
+        # (a GPU coalesce's hottest-row term is not in these per-piece sums: the graph charges it once per fused
+        # group, for its most skewed member; :func:`plan_estimate` adds it per plan)
         bwd_us, post_us = bwd_us + upd_us, post_us + upd_us
     post_floor = float(times[2 * n + 1]) * post_share + upd_floor
     blocks = iter(extra_times)
@@ -549,7 +556,8 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
                       synchronous_host=dev.kind == "cpu", launch=launch, piece_key=keys.reshape(T, n_opt),
                       overheads=overheads if overheads is not None else default_overheads, dtype_bytes=float(eb),
                       group_floor_us=(float(f_floor), sparse_floor, dp_floor), post_floor_us=post_floor,
-                      rank_floor_us=(float(rank_floor[0]), float(rank_floor[1])), dp_unscale_us_per_byte=dp_unscale)
+                      rank_floor_us=(float(rank_floor[0]), float(rank_floor[1])), dp_unscale_us_per_byte=dp_unscale,
+                      coalesce_us_per_duplicate=COALESCE_US_PER_DUPLICATE.get(dev.kind, 0.0) if adagrad else 0.0)
 
 
 # ------------------------------------------------------------------------------------------------ search state
@@ -1374,7 +1382,7 @@ def plan_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> 
     its per-iteration work and first launch, ``costs.launch.lead``, before which no GPU op starts); on a CPU
     device, whose host waits for every kernel, their sum. The search's own objective (:meth:`_Search.objective`)
     is the same quantity, counted incrementally (:func:`_estimate`), the host's time aside."""
-    s = _loaded(config, costs, plan)
+    s = _hottest_rows(config, costs, plan, _loaded(config, costs, plan))
     terms = s._terms_now()
     if terms is not None:
         terms = (np.array([_plan_host_us(config, costs, plan)]), *terms[1:])
@@ -1388,7 +1396,22 @@ def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan)
     (``costs.placed``) each piece is priced where the graph places it
     (:func:`hybrid.workloads.dlrm_graph.place_pieces`: a rank's largest tables in host memory once they pass
     :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`), whichever placement ``costs`` planned with."""
-    return _loaded(config, costs, plan).gpu_objective()
+    return _hottest_rows(config, costs, plan, _loaded(config, costs, plan)).gpu_objective()
+
+
+def _hottest_rows(config: DLRMConfig, costs: CostTables, plan: ShardingPlan, s: _Search) -> _Search:
+    """``s`` with each rank's GPU sparse-Adagrad coalesce of its hottest rows added to its backward and update (and
+    to the share a GradScaler's sync leaves after it), as the graph charges it: per sharded fused group, the
+    hottest member's expected lookups x ``costs.coalesce_us_per_duplicate``. The search's incremental objective
+    (:meth:`_Search.objective`) leaves this maximum out; the plans it proposes are ranked with it here."""
+    if costs.coalesce_us_per_duplicate <= 0:
+        return s
+    pieces = shard_pieces(config, plan)
+    for r in range(costs.n_ranks):
+        hot = sum(g["hottest_row_lookups"] for g in lookup_groups(pieces, r) if g["sharded"])
+        s.state.v[0, r] += hot * costs.coalesce_us_per_duplicate
+        s.state.v[9, r] += hot * costs.coalesce_us_per_duplicate
+    return s
 
 
 def _loaded(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> _Search:
