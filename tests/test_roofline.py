@@ -397,6 +397,49 @@ def test_attention_softmax_exps_in_series_or_overlapped(catalog) -> None:
         roofline(pd.DataFrame([{**base, "device": "H100-SXM", "softmax_overlap": -1}]))
 
 
+def test_attention_dropout_draws_its_mask_on_the_integer_lanes(catalog) -> None:
+    """A fused attention with dropout draws one Philox random number per score (forward, and again in the backward,
+    which regenerates the mask): DROPOUT_INT_OPS_PER_SCORE integer ops each on 64 INT32 lanes per SM per clock, in
+    series with the rest. Before, a dropout row was priced as without it: the H200's GPT-2 SDPA calls (dropout 0.1,
+    ~6x their roofline against ~2x without) came out 38-65% low."""
+    from hybrid.ops.families import DROPOUT_INT_OPS_PER_SCORE
+
+    base = dict(op="attention", dtype="bf16", device="H100-SXM", batch=8, heads=12, q_len=1024, kv_len=1024,
+                head_dim=64, causal=1)
+    h100 = catalog.device("H100-SXM")
+    assert h100.int_rate == pytest.approx(64 * h100.num_sms * h100.clock_mhz * 1e6)
+    scores = 8 * 12 * (1024 * 1024 - 1024 * 1023 / 2)  # causal: the lower triangle with its diagonal
+    for direction in ("fwd", "bwd"):
+        rows = pd.DataFrame([{**base, "direction": direction, "dropout": p} for p in (0.0, 0.1, 0.5)]
+                            + [{**base, "direction": direction}])
+        r = roofline(rows)
+        extra = scores * DROPOUT_INT_OPS_PER_SCORE / h100.int_rate * 1e6
+        assert r["busy_us"].iloc[1] - r["busy_us"].iloc[0] == pytest.approx(extra)
+        assert r["busy_us"].iloc[2] == pytest.approx(r["busy_us"].iloc[1])  # the draws, whatever the probability
+        assert r["busy_us"].iloc[3] == pytest.approx(r["busy_us"].iloc[0])  # no column: no dropout
+        assert r["compute_us"].nunique() == 1  # the FLOP term (a feature) unchanged
+    from dataclasses import replace
+
+    assert replace(h100, kind="cpu").int_rate == 0.0
+    for bad in (1.0, 1.5, -0.1):
+        with pytest.raises(InvalidInputError, match="dropout"):
+            roofline(pd.DataFrame([{**base, "dropout": bad}]))
+
+
+def test_attention_efficiency_is_read_without_the_dropout_mask(catalog) -> None:
+    """The attention correction's features describe the kernel's shape: a dropout row reads the same softmax share
+    as the same row without dropout (its learned efficiency then applies to the whole roofline, the mask's draws
+    included), instead of a share outside anything measured."""
+    from hybrid.corrections.features import feature_arrays
+
+    rows = pd.DataFrame([dict(op="attention", dtype="bf16", device="H100-SXM", batch=8, heads=12, q_len=1024,
+                              kv_len=1024, head_dim=64, causal=1, direction="fwd", dropout=p) for p in (0.0, 0.1)])
+    base = roofline(rows, catalog)
+    f = feature_arrays("attention", rows, base, catalog)
+    assert base["time_us"].iloc[1] > 1.5 * base["time_us"].iloc[0]
+    assert f["log_exp_share"][1] == pytest.approx(f["log_exp_share"][0])
+
+
 def test_a_fully_connected_node_gives_fewer_ranks_only_their_own_links():
     """Polaris' four A100s are linked pairwise (4 NVLink3 links per pair, 100 GB/s): two of them reach 100 of a
     GPU's 300 GB/s, not all of it; an MI300X pair one xGMI link of seven. Switch nodes are unchanged."""

@@ -51,10 +51,6 @@ def test_sdpa_ops_map_to_attention_with_the_traced_shapes(model):
     assert not (u["kind"] == "unmodelled").any()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known since 2026-12-07: GPT-2 trains with SDPA dropout 0.1 (the fused kernel ~6x its roofline, ~2x without) and "
-    "no attention row of any source has dropout; the attention model (AttentionXGB) prices these calls -54% (the "
-    "pointwise trees, which priced them before, -21%). Passes again once a profile with dropout rows is learned."))
 def test_attention_rows_price_gpt2_attention_closer_than_without():
     from hybrid.corrections.predictor import HybridPredictor
     from hybrid.data.bundle import load_bundle
@@ -76,8 +72,10 @@ def test_attention_rows_price_gpt2_attention_closer_than_without():
         bd = p.breakdown().set_index("label")["predicted_us"]
         err[name] = float(bd["attention"]) / traced - 1
         assert ("attention" in p.unmeasured_families()) == (name == "without")
-    # committed figures (experiments/trace_gpu/h200_results.md): with -21.1%, without -51.0% since 2026-12-07, when
-    # the engine took the eager dispatch the profile's times carry (29 us per call on the H200) off every kernel;
-    # -4.7% / -30.5% before
-    assert abs(err["with"]) < 0.3, err
+    # GPT-2 trains with SDPA dropout 0.1 (the fused kernel ~6x its roofline, ~2x without); no attention row of any
+    # source has dropout. Priced -54% by the attention model (AttentionXGB) until its roofline took the dropout
+    # mask's Philox draws on the integer lanes (hybrid.ops.families.DROPOUT_INT_OPS_PER_SCORE, from the algorithm)
+    # and its efficiency was read as without them: within 10% since (2026-12-07, fiftieth session); without the
+    # attention rows (the pointwise trees extrapolating) about -50%
+    assert abs(err["with"]) < 0.15, err
     assert abs(err["with"]) < abs(err["without"]), err

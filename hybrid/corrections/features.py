@@ -467,6 +467,12 @@ def feature_arrays(kind: str, table: pd.DataFrame, baseline: pd.DataFrame, catal
     if kind == "attention":  # the share of the compute bound the softmax's exps add (hybrid.ops.roofline)
         busy = baseline["busy_us"].to_numpy(dtype=np.float64) if "busy_us" in baseline.columns \
             else baseline["compute_us"].to_numpy(dtype=np.float64)
+        if "dropout" in table.columns and "device" in table.columns:
+            # a dropout mask's random numbers are not part of the kernel's shape: its efficiency is read as without
+            # them, and applies to the whole roofline (theirs included)
+            from hybrid.ops.roofline import attention_dropout_us, device_int_rate
+
+            busy = busy - attention_dropout_us(table, device_int_rate(table, catalog))
         out["log_exp_share"] = _log(busy + 1e-6) - _log(baseline["compute_us"].to_numpy(dtype=np.float64) + 1e-6)
     if any(n.startswith("dev_") for n in names):
         values = device_array(table, catalog)

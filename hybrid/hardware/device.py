@@ -16,7 +16,7 @@ from hybrid.units import DTYPE_FALLBACK, normalize_dtype
 DEVICE_REQUIRED = ("vendor", "kind", "peak_tflops", "mem_bw_gbps", "mem_gib", "source")
 #: Every field a device entry may have (a misspelt one is an error, not a silently ignored override).
 DEVICE_FIELDS = frozenset({*DEVICE_REQUIRED, "arch", "l2_mib", "l2_bw_gbps", "sms", "boost_clock_mhz",
-                           "sfu_per_clk_per_sm", "tdp_w", "link", "link_gbps", "pcie_gen", "host_link_gbps",
+                           "sfu_per_clk_per_sm", "int32_per_clk_per_sm", "tdp_w", "link", "link_gbps", "pcie_gen", "host_link_gbps",
                            "kernel_latency_us",
                            "mem_bw_shared_gbps", "aliases", "notes", "key"})
 
@@ -119,6 +119,10 @@ class Device:
     #: special-function-unit ops (exp, the softmax's transcendental) per SM / CU per clock: 16 on NVIDIA SMs from
     #: Volta to Blackwell and on AMD CDNA CUs (quarter-rate transcendentals on 64 lanes), 32 on Blackwell Ultra
     sfu_per_sm_clk: float = 16.0
+    #: 32-bit integer ops per SM / CU per clock (the INT32 lanes: 64 on NVIDIA SMs from Volta to Blackwell, which
+    #: Hopper's doubled FP32 lanes did not double; 64 lanes per AMD CDNA CU): the rate of a fused attention's
+    #: dropout mask, a counter-based Philox random number per score
+    int32_per_sm_clk: float = 64.0
     tdp_w: float = 0.0
     link_bw: float = 0.0  # GPU-to-GPU (NVLink / Infinity Fabric) bytes/s per direction, all links of one GPU
     link_name: str = ""
@@ -231,6 +235,14 @@ class Device:
             return 0.0
         return self.sfu_per_sm_clk * self.num_sms * self.clock_mhz * 1e6
 
+    @property
+    def int_rate(self) -> float:
+        """32-bit integer ops per second (INT32 lanes x SMs x boost clock); 0 for a CPU or when SMs / clock are
+        unknown."""
+        if self.kind != "gpu" or self.num_sms <= 0 or self.clock_mhz <= 0:
+            return 0.0
+        return self.int32_per_sm_clk * self.num_sms * self.clock_mhz * 1e6
+
     def features(self) -> dict[str, float]:
         """Numeric description used by learned corrections to transfer across devices."""
         return {
@@ -279,6 +291,7 @@ class Device:
             num_sms=_count(key, "sms", entry.get("sms", 0), positive=False),
             clock_mhz=_nonneg(key, "boost_clock_mhz", entry.get("boost_clock_mhz", 0.0)),
             sfu_per_sm_clk=_positive(key, "sfu_per_clk_per_sm", entry.get("sfu_per_clk_per_sm", 16.0)),
+            int32_per_sm_clk=_positive(key, "int32_per_clk_per_sm", entry.get("int32_per_clk_per_sm", 64.0)),
             tdp_w=_nonneg(key, "tdp_w", entry.get("tdp_w", 0.0)),
             link_bw=_nonneg(key, "link_gbps", entry.get("link_gbps", 0.0)) * 1e9,
             link_name=str(entry.get("link", "")),
@@ -308,6 +321,7 @@ class Device:
             "sms": self.num_sms,
             "boost_clock_mhz": self.clock_mhz,
             "sfu_per_clk_per_sm": self.sfu_per_sm_clk,
+            "int32_per_clk_per_sm": self.int32_per_sm_clk,
             "tdp_w": self.tdp_w,
             "link": self.link_name,
             "link_gbps": self.link_bw / 1e9,

@@ -455,6 +455,21 @@ def attention_exps(df: Frame) -> Vector:
     return col(df, "batch") * col(df, "heads") * _attention_pairs(df)
 
 
+#: Integer ops a fused attention kernel spends per score on its dropout mask: FlashAttention-2 (and PyTorch's copy of
+#: it) draws one Philox4x32-10 call per 16 scores (10 rounds of two 32-bit multiply-high/low pairs, four XORs and
+#: the key's two adds: ~100 ops for 4 x 32 random bits, read as 16 bytes) and per score extracts its byte,
+#: compares it with the keep threshold and selects the scaled value (3). From the algorithm, not fitted.
+DROPOUT_INT_OPS_PER_SCORE = 100.0 / 16.0 + 3.0
+
+
+def attention_dropout_ops(df: Frame) -> Vector:
+    """Integer ops of a fused attention's dropout mask (``dropout`` > 0: its probability): one Philox draw per
+    score (:data:`DROPOUT_INT_OPS_PER_SCORE`), in the forward and again in the backward, which regenerates the mask
+    from the same seed instead of storing it; 0 without dropout."""
+    p = np.nan_to_num(col(df, "dropout", 0.0), nan=0.0)
+    return np.where(p > 0, attention_exps(df) * DROPOUT_INT_OPS_PER_SCORE, 0.0)
+
+
 def _attention_flops(df: Frame) -> Vector:
     f = 4.0 * col(df, "batch") * col(df, "heads") * col(df, "head_dim") * _attention_pairs(df)
     return f * np.where(is_backward(df), 2.5, 1.0)
@@ -579,9 +594,11 @@ FAMILIES: dict[str, OpFamily] = {
                  _embedding_flops, _embedding_bytes, {"num_tables": 1, "index_dist": "uniform", "zipf_alpha": 0.0},
                  "pooled embedding-bag lookups over `num_tables` tables; `direction` fwd/bwd"),
         OpFamily("attention", ("attention",), ("batch", "heads", "q_len", "kv_len", "head_dim"),
-                 _attention_flops, _attention_bytes, {"kv_heads": np.nan, "causal": 0, "softmax_overlap": np.nan},
+                 _attention_flops, _attention_bytes,
+                 {"kv_heads": np.nan, "causal": 0, "softmax_overlap": np.nan, "dropout": 0.0},
                  "fused (flash) attention; GQA through `kv_heads`; `softmax_overlap` 1 = the softmax's exps overlap "
-                 "the matrix multiplies (FlashAttention-3, cuDNN on Hopper+), 0 = in series (FlashAttention-2)"),
+                 "the matrix multiplies (FlashAttention-3, cuDNN on Hopper+), 0 = in series (FlashAttention-2); "
+                 "`dropout` = the attention dropout's probability (its mask's random numbers on the integer lanes)"),
         OpFamily("conv", ("conv2d",), ("batch", "in_channels", "out_channels", "height", "width", "kernel_h",
                                        "kernel_w"), _conv_flops, _conv_bytes,
                  {"stride": 1, "padding": 0, "dilation": 1, "groups": 1},

@@ -19,6 +19,7 @@ from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.hardware.device import Device, System, full_mesh, nvls_bus_factor, nvls_capable, pair_bridge_bw
 from hybrid.ops.families import (
     FAMILIES,
+    attention_dropout_ops,
     attention_exps,
     bus_factor,
     col,
@@ -156,7 +157,7 @@ def cluster_notes(catalog: Catalog, system: str, gpus: int, gpus_per_node: int, 
 
 #: Optional numeric columns that may be zero (``fill`` reads no input; a uniform index has zipf_alpha 0).
 NONNEGATIVE_OPTIONAL = frozenset({"n_inputs", "n_outputs", "flops_per_element", "zipf_alpha", "causal", "padding",
-                                  "softmax_overlap"})
+                                  "softmax_overlap", "dropout"})
 #: Accepted values of the ``direction`` column (case-insensitive; missing means fwd).
 DIRECTIONS = ("fwd", "bwd")
 
@@ -196,6 +197,8 @@ def _optional(df: pd.DataFrame, fam) -> None:
         codes, uniques = pd.factorize(df["direction"], use_na_sentinel=True)
         valid = np.array([str(u).lower() in DIRECTIONS for u in uniques] + [True])
         _raise_bad(df, "direction", ~valid[codes], fam.name, f"one of {DIRECTIONS}")
+    if fam.name == "attention" and "dropout" in df.columns:  # a probability: 1 would drop every score
+        _raise_bad(df, "dropout", col(df, "dropout", 0.0) >= 1.0, fam.name, "a probability below 1")
     if fam.name == "collective" and "n_nodes" in df.columns:
         nodes = col(df, "n_nodes", 1.0)
         _raise_bad(df, "n_nodes", nodes > col(df, "n_ranks"), fam.name, "<= n_ranks")
@@ -305,8 +308,24 @@ def softmax_overlap(df: pd.DataFrame, cc: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(given), default, given > 0)
 
 
+def attention_dropout_us(df: pd.DataFrame, int_rate: np.ndarray) -> np.ndarray:
+    """Time (us) of a fused attention's dropout mask on the integer lanes
+    (:func:`~hybrid.ops.families.attention_dropout_ops` / ``int_rate`` ops/s per row); 0 without a ``dropout``
+    column or rate."""
+    if "dropout" not in df.columns:
+        return np.zeros(len(df))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(int_rate > 0, attention_dropout_ops(df) / int_rate * 1e6, 0.0)
+
+
+def device_int_rate(df: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+    """Per row, its device's 32-bit integer op rate (:attr:`~hybrid.hardware.device.Device.int_rate`)."""
+    codes, devs = _per_row(df["device"], catalog.device)
+    return np.array([d.int_rate for d in devs], dtype=np.float64)[codes]
+
+
 def _attention_compute_us(df: pd.DataFrame, matmul_us: np.ndarray, exp_rate: np.ndarray,
-                          cc: np.ndarray) -> np.ndarray:
+                          cc: np.ndarray, int_rate: np.ndarray | None = None) -> np.ndarray:
     """Compute time of fused attention: its matrix multiplies and the softmax's exps on the special-function
     units (one per score, :func:`~hybrid.ops.families.attention_exps`), in series for FlashAttention-2-style
     kernels, overlapped (the larger of the two) for FlashAttention-3-style ones. On an H100 the exps of a head
@@ -314,7 +333,10 @@ def _attention_compute_us(df: pd.DataFrame, matmul_us: np.ndarray, exp_rate: np.
     FlashAttention-3 and cuDNN run such shapes up to 2x faster than FlashAttention-2 there."""
     with np.errstate(divide="ignore", invalid="ignore"):
         exp_us = np.where(exp_rate > 0, attention_exps(df) / exp_rate * 1e6, 0.0)
-    return np.where(softmax_overlap(df, cc), np.maximum(matmul_us, exp_us), matmul_us + exp_us)
+        # a dropout mask's Philox draws on the integer lanes, in series with the rest (the same warps compute them
+        # between the two matrix multiplies)
+        rng_us = attention_dropout_us(df, int_rate) if int_rate is not None else 0.0
+    return np.where(softmax_overlap(df, cc), np.maximum(matmul_us, exp_us), matmul_us + exp_us) + rng_us
 
 
 def _kernel(df: pd.DataFrame, family: str, cat: Catalog, device: str | None) -> dict[str, np.ndarray]:
@@ -327,6 +349,7 @@ def _kernel(df: pd.DataFrame, family: str, cat: Catalog, device: str | None) -> 
         bw = np.full(len(df), dev.mem_bw)
         lat = np.full(len(df), dev.kernel_latency_us)
         exp_rate, cc = np.full(len(df), dev.exp_rate), np.full(len(df), dev.compute_capability)
+        int_rate = np.full(len(df), dev.int_rate)
     else:
         if "device" not in df.columns:
             raise InvalidInputError("table has no 'device' column; pass device=")
@@ -337,11 +360,12 @@ def _kernel(df: pd.DataFrame, family: str, cat: Catalog, device: str | None) -> 
         bw = np.array([d.mem_bw for d in devs])[dev_codes]
         lat = np.array([d.kernel_latency_us for d in devs])[dev_codes]
         exp_rate = np.array([d.exp_rate for d in devs])[dev_codes]
+        int_rate = np.array([d.int_rate for d in devs])[dev_codes]
         cc = np.array([d.compute_capability for d in devs])[dev_codes]
     compute_us = flops / peak * 1e6
     # the compute side of the bound: attention adds its softmax's exps; ``compute_us`` stays the FLOP term (the
     # learned corrections read it as a feature, and a memory-bound kernel's exps change nothing)
-    busy_us = _attention_compute_us(df, compute_us, exp_rate, cc) if family == "attention" else compute_us
+    busy_us = _attention_compute_us(df, compute_us, exp_rate, cc, int_rate) if family == "attention" else compute_us
     memory_us = nbytes / bw * 1e6
     body = np.maximum(busy_us, memory_us)
     bound = np.where(lat > body, 2, np.where(busy_us >= memory_us, 0, 1)).astype(np.int8)
