@@ -2079,3 +2079,30 @@ def test_train_memory_with_pp_takes_the_stage_of_the_largest_sum(capsys):
     assert mem["logits"] > 0  # the last stage
     assert mem["weights"] * 2**30 == pytest.approx(2.0 * last)
     assert mem["total"] == pytest.approx(7.114, abs=0.001)
+
+
+def test_fused_attention_draws_the_attention_dropout_mask(gpt175):
+    """A job that trains with dropout and flash attention runs the attention dropout inside the fused kernel
+    (a Philox draw per score, forward and backward): its attention rows say so and cost more compute; without
+    dropout, or unfused (dropout as its own elementwise op), the fused rows carry none."""
+    from hybrid.hardware.catalog import default_catalog
+    from hybrid.workloads.llm.costing import (
+        FUSED_ATTENTION_DROPOUT,
+        _layer_rows,
+        mappings_frame,
+        resolve_target,
+    )
+
+    base = dict(gpus=8, global_batch=16, micro_batch=2, tp=8, seq_length=2048, flash_attention=True)
+    tgt = resolve_target("DGX-H100", default_catalog())
+    rows = {}
+    for drop in (True, False):
+        cfg = TrainingConfig(**base, dropout=drop)
+        r = _layer_rows(gpt175, cfg, mappings_frame(cfg), tgt)
+        att = r[r["op"] == "attention"]
+        assert len(att) >= 2  # forward and backward
+        rows[drop] = att
+    assert (rows[True]["dropout"] == FUSED_ATTENTION_DROPOUT).all()
+    assert "dropout" not in rows[False] or rows[False]["dropout"].fillna(0).eq(0).all()
+    with_, without = (predict_training(gpt175, TrainingConfig(**base, dropout=d), "DGX-H100") for d in (True, False))
+    assert with_.breakdown_s["compute"] > without.breakdown_s["compute"]

@@ -133,6 +133,11 @@ class _Rows:
         return pd.DataFrame(out)
 
 
+#: Attention dropout probability on a fused-attention row of a job that trains with dropout (Megatron-LM's default
+#: ``attention_dropout``); the roofline's cost of the mask does not depend on it, only on its being > 0.
+FUSED_ATTENTION_DROPOUT = 0.1
+
+
 def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFrame, tgt: Target) -> pd.DataFrame:
     """Per-layer ops for every layer key (``tp, cp, ep, mb, sp``), plus embedding and head ops."""
     R = _Rows()
@@ -179,6 +184,8 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         overlap = softmax_schedule(cfg.softmax)
         if overlap is not None:
             attention["softmax_overlap"] = overlap
+        if cfg.uses_dropout(model):  # the fused kernel draws the attention dropout's mask itself (Philox per score)
+            attention["dropout"] = FUSED_ATTENTION_DROPOUT
     else:
         bh = b * heads
         sc = s_full  # unfused attention materialises s x s scores (CP not supported unfused: full seq per rank)
