@@ -75,7 +75,16 @@ def test_gpu_attention_sweep_reaches_the_traced_scale_in_16_bit():
     small = [r for r in rows if r["heads"] in (12, 16)]
     assert small and {r["dtype"] for r in small} == {"fp16", "bf16"}  # fp32 keeps its few large shapes
     assert len({(r["dtype"], r["batch"], r["heads"], r["kv_heads"], r["q_len"], r["kv_len"], r["head_dim"],
-                 r["causal"], r["direction"]) for r in rows}) == len(rows)  # no case twice
+                 r["causal"], r["direction"], r.get("dropout", 0.0)) for r in rows}) == len(rows)  # no case twice
+    # the traced training calls again with attention dropout (BERT's and GPT-2's 0.1), forward and backward
+    drop = {(r["batch"], r["heads"], r["q_len"], r["head_dim"], bool(r["causal"]), r["direction"]) for r in rows
+            if r.get("dropout", 0.0) == attn.DROPOUT_PROFILE["p"] and r["dtype"] == "bf16"}
+    for shape in ((8, 16, 512, 64, False), (8, 12, 1024, 64, True)):
+        for direction in ("fwd", "bwd"):
+            assert (*shape, direction) in drop
+    assert {r["dtype"] for r in rows if r.get("dropout")} == set(attn.DROPOUT_PROFILE["dtypes"])
+    _, cpu = _cases("cpu")
+    assert not any(c.row.get("dropout") for c in cpu)
 
 
 def test_family_cases_lists_a_sweep_without_building_it():
@@ -112,3 +121,25 @@ def test_fp8_layer_gemms_on_gpus_with_fp8_tensor_cores():
     assert tuple(out.shape) == (32, 64) and out.dtype == torch.bfloat16 and bool(torch.isfinite(out.float()).all())
     with pytest.raises(ValueError, match="fp8"):
         K._layout_builder(Backend(torch, "cpu", 1), "mm_tn", 32, 64, 48, 1e4, 2**20, "fp8")()
+
+
+def test_a_dropout_attention_case_runs_sdpa_with_its_dropout(monkeypatch):
+    """The builder passes the row's dropout to SDPA as ``dropout_p`` (the real op, built and run on the CPU): in the
+    timed forward, and in the forward a backward case rebuilds before its timed backward; none without the column."""
+    be = Backend(torch, "cpu", 1)
+    seen = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*a, **kw):
+        seen.append(kw.get("dropout_p", 0.0))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    for p, direction in ((0.1, "fwd"), (0.1, "bwd"), (0.0, "fwd")):
+        row = {"op": "attention", "dtype": "fp32", "direction": direction, "batch": 1, "heads": 2, "kv_heads": 2,
+               "q_len": 16, "kv_len": 16, "head_dim": 8, "causal": 0, **({"dropout": p} if p else {})}
+        run, prepare = attn._sdpa_builder(be, row, 1e4, 2**20)()
+        if prepare is not None:
+            prepare(0)
+        run(0)
+        assert seen[-1] == p

@@ -78,7 +78,9 @@ COLUMNS: tuple[Column, ...] = (
     _C("head_dim", "int", "attention: head dimension", positive=True),
     _C("causal", "bool", "attention: causal mask"),
     _C("dropout", "float", "attention: probability of the dropout drawn inside the fused kernel (SDPA's dropout_p "
-       "in training); empty = 0", nonneg=True),
+       "in training; below 1); > 0 adds the mask's Philox draws to the roofline, "
+       "hybrid.ops.families.DROPOUT_INT_OPS_PER_SCORE integer ops per score forward and again backward, on the "
+       "catalog's integer lanes; empty = 0", nonneg=True),
     _C("softmax_overlap", "float", "attention: 1 = the kernel overlaps the softmax's exps with its matrix multiplies "
        "(FlashAttention-3, cuDNN on Hopper and later), 0 = in series (FlashAttention-2, PyTorch's flash and "
        "efficient backends); empty = by framework and GPU generation (hybrid.ops.roofline)", nonneg=True),

@@ -11,7 +11,9 @@ correction learns attention from measurements instead of extrapolating it from o
   backward (the backward is timed alone: its forward graph is rebuilt untimed before each repeat, and a fused
   kernel's backward node is called directly, as the ATen op a trace records, without the autograd engine);
 - *decode* shapes: one query per sequence over a KV cache of ``kv_len`` keys (not causal: the query sees them
-  all), forward only, MHA and GQA.
+  all), forward only, MHA and GQA;
+- on GPUs, the traced-scale training shapes again with attention dropout 0.1 (``dropout`` column,
+  :data:`DROPOUT_PROFILE`): the fused kernel draws the mask itself.
 
 Causal cases always have ``q_len = kv_len``: PyTorch aligns ``is_causal`` top-left while the cost model counts a
 shorter query block as the *last* queries of the sequence (KV-cache convention); with equal lengths the two agree.
@@ -48,6 +50,10 @@ HEAD_DIMS = {("cpu", False): (64,), ("cpu", True): (64,), ("cuda", False): (64, 
 #: b8 x h16 x s512, GPT-2 b8 x h12 x s1024, Llama b4 x h16/kv8 x s1024: 4096-8192 tokens per call, 12-16 heads),
 #: 5-8x fewer batch x heads than :data:`PREFILL_TOKENS` x :data:`HEAD_LAYOUTS`' rows of the same length.
 SMALL_PREFILL = {"tokens": (4096, 8192), "layouts": ((12, 12), (16, 16), (16, 8)), "seq": (512, 1024, 2048)}
+#: Attention dropout of training (BERT's and GPT-2's 0.1) on the traced-scale shapes (:data:`SMALL_PREFILL`, GPUs,
+#: full sweep) in these dtypes: the fused kernel draws the mask itself (a Philox number per score, forward and again
+#: backward), which no row without dropout shows; the H200's traced dropout calls ran ~3x their no-dropout time.
+DROPOUT_PROFILE = {"p": 0.1, "dtypes": ("bf16",)}
 #: Decode shapes: (batch, kv_len) of one query per sequence.
 DECODE_SHAPES = {("cpu", False): ((1, 1024), (8, 512), (32, 256)), ("cpu", True): ((4, 256),),
                  ("cuda", False): ((1, 2048), (1, 32768), (16, 1024), (16, 8192), (64, 2048), (64, 16384),
@@ -112,6 +118,9 @@ def attention_cases(backend: Backend, *, quick: bool, seed: int, llc_bytes: int)
             kvb = 2 * b * kvh * kv * d  # K and V (and their gradients)
             ws = float(elem * (qo * 2 + kvb) * (2 if direction == "bwd" else 1))
             cases.append(Case("attention", row, _sdpa_builder(backend, row, ws, llc_bytes), ws))
+            if small_shape and dtype in DROPOUT_PROFILE["dtypes"]:  # the same call training with dropout
+                drop = {**row, "dropout": DROPOUT_PROFILE["p"]}
+                cases.append(Case("attention", drop, _sdpa_builder(backend, drop, ws, llc_bytes), ws))
     return cases
 
 
@@ -139,6 +148,8 @@ def _sdpa_builder(backend: Backend, row: dict[str, Any], ws: float, llc: int):
         sdpa = torch.nn.functional.scaled_dot_product_attention
         causal = bool(row["causal"])
         extra = {"enable_gqa": True} if int(row["kv_heads"]) != int(row["heads"]) else {}
+        if row.get("dropout", 0.0):  # (applied whatever the grad mode: SDPA's dropout_p is not nn.Dropout's)
+            extra["dropout_p"] = float(row["dropout"])
         sets = rotation_sets(ws, llc)
         qkv = sdpa_inputs(torch, row, sets, backend.torch_device)
 
