@@ -322,3 +322,25 @@ def test_campaign_whose_configs_fail_exits_nonzero(tmp_path, monkeypatch, capsys
     cap = capsys.readouterr()
     assert "error: all 1 configs failed" in cap.err and "(no results written)" in cap.out
     assert not (tmp_path / "d" / "results.csv").exists()
+
+
+def test_adagrad_share_sets_the_optimizer_and_nothing_else():
+    """``--adagrad-share``: the share of configurations that train with sparse Adagrad (GPU sessions measure some
+    all-Adagrad configurations for the coalesce's hottest-row term); a seed's configurations are otherwise the
+    same whatever the share; a share outside [0, 1] is refused."""
+    from dataclasses import replace as dc_replace
+
+    from hybrid.bench.campaign import CampaignSpace, generate_configs
+    from hybrid.errors import InvalidInputError
+
+    base = generate_configs(6, seed=11, space=CampaignSpace.for_gpu(1))
+    every = generate_configs(6, seed=11, space=CampaignSpace.for_gpu(1, adagrad_share=1.0))
+    none = generate_configs(6, seed=11, space=CampaignSpace.for_gpu(1, adagrad_share=0.0))
+    assert {c.optimizer for c in every} == {"adagrad"} and {c.optimizer for c in none} == {"sgd"}
+    for a, b in zip(base, every, strict=True):
+        assert dc_replace(a, optimizer="adagrad") == b
+    # the GPU session's Adagrad configurations have skewed tables: a hot row for the coalesce to sum
+    assert any(t.index_dist == "zipf" for c in every for t in c.tables)
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(InvalidInputError, match="adagrad share"):
+            CampaignSpace(adagrad_share=bad)

@@ -54,8 +54,8 @@ def test_default_plan(tmp_path, monkeypatch):
     bundle = project_datasets_dir() / "H100-SXM"
     steps = gs.default_steps(tmp_path, skip_existing=bundle)
     names = [s.name for s in steps]
-    assert names[:3] == ["profile-attention", "profile-gemm", "traces"] and names[-1] == "dlrm"
-    only = [st.name for st in gs.default_steps(tmp_path, families=("attention", "norm"))]
+    assert names[:3] == ["profile-attention", "profile-gemm", "traces"] and names[-2:] == ["dlrm", "dlrm-adagrad"]
+    only = [st.name for st in gs.default_steps(tmp_path, families=("attention", "norm"), dlrm_adagrad_configs=0)]
     assert only == ["profile-attention", "profile-norm", "traces", "dlrm"]  # no GEMM step: after the profiles
     # a family named twice was measured twice, the second run replacing the first in the same directory
     twice = [st.name for st in gs.default_steps(tmp_path, families=("norm", "attention", "norm"), dlrm_configs=0)]
@@ -71,6 +71,10 @@ def test_default_plan(tmp_path, monkeypatch):
     assert by["profile-softmax"].timeout_s == gs.STEP_LIMITS["profile"] + gs.MAX_PASS_S
     assert by["profile-conv"].timeout_s == gs.STEP_LIMITS["profile"] and "--kernel-times" not in by["profile-conv"].argv
     assert "cuda" in by["dlrm"].argv and "transformers" in by["traces"].unavailable
+    # the second DLRM step: other configurations (its own seed), every one with sparse Adagrad
+    ada = by["dlrm-adagrad"].argv
+    assert ada[ada.index("--adagrad-share") + 1] == "1" and ada[ada.index("--seed") + 1] == str(gs.DLRM_ADAGRAD_SEED)
+    assert by["dlrm-adagrad"].timeout_s == gs.STEP_LIMITS["dlrm-adagrad"]
     assert by["traces"].argv[-2:] == ["--attention", "sdpa"]  # the committed traces run eager attention
     assert gs.committed_bundle_for("NVIDIA H100 80GB HBM3") == bundle
     assert gs.committed_bundle_for("NVIDIA H200") == project_datasets_dir() / "H200"

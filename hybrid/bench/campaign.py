@@ -51,6 +51,9 @@ class CampaignSpace:
     max_lookup_bytes: float = 96 * 2**20  #: pooled-lookup reads per iteration (global batch), bounds run time
     dp_max_rows: int = 20_000  #: tables this small may be data-parallel
     system: str = "local-cpu"
+    #: probability that a configuration trains with sparse Adagrad instead of SGD (the same random draw either way,
+    #: so the other fields of a seed's configurations do not depend on it)
+    adagrad_share: float = 0.25
 
     def __post_init__(self) -> None:
         if self.ranks < 1:
@@ -59,13 +62,16 @@ class CampaignSpace:
             raise InvalidInputError(f"bad table-count range {self.tables}")
         if self.rows[0] < 1 or self.rows[0] > self.rows[1]:
             raise InvalidInputError(f"bad row range {self.rows}")
+        if not 0.0 <= float(self.adagrad_share) <= 1.0:  # (NaN fails too)
+            raise InvalidInputError(f"adagrad share must be in [0, 1], got {self.adagrad_share}")
 
     @classmethod
-    def for_gpu(cls, ranks: int = 1) -> CampaignSpace:
+    def for_gpu(cls, ranks: int = 1, adagrad_share: float = 0.25) -> CampaignSpace:
         """Ranges for one GPU per rank (tens of GiB of HBM at TB/s): larger batches, tables and lookup volume, so
         that an iteration is not all kernel-launch overhead."""
         return cls(ranks=ranks, rows=(1e4, 1e7), batch_sizes=(2048, 4096, 8192, 16384),
-                   max_table_bytes=12.0 * 2**30, max_lookup_bytes=2.0 * 2**30, system="local-cuda")
+                   max_table_bytes=12.0 * 2**30, max_lookup_bytes=2.0 * 2**30, system="local-cuda",
+                   adagrad_share=adagrad_share)
 
 
 def _lookup_bytes(tables: list[TableConfig], global_batch: int) -> float:
@@ -107,7 +113,8 @@ def random_config(rng: np.random.Generator, name: str, space: CampaignSpace | No
     return DLRMConfig(
         tables=tuple(tables), name=name, system=sp.system, gpus=sp.ranks, batch_size_per_gpu=batch,
         dtype="fp32", dense_features=sp.dense_features, bottom_mlp=tuple(bottom), top_mlp=tuple(top),
-        interaction=interaction, embedding_dim=d_out, optimizer="adagrad" if rng.random() < 0.25 else "sgd")
+        interaction=interaction, embedding_dim=d_out,
+        optimizer="adagrad" if rng.random() < sp.adagrad_share else "sgd")
 
 
 def generate_configs(n: int, seed: int = 0, space: CampaignSpace | None = None,

@@ -17,7 +17,8 @@ The default plan (:func:`default_steps`), in priority order:
    GPT-2 and Llama with fused attention (SDPA; ``experiments/trace_gpu/record.py --attention sdpa``); needs
    ``transformers``, skipped with a reason when it is missing;
 4. ``dlrm``: a short DLRM campaign on one GPU (``hybrid bench campaign --device cuda --ranks 1``), last (on the
-   H200, 2026-11-27, four configurations took 167-200 s: it ran out of the budget after the kernel families).
+   H200, 2026-11-27, four configurations took 167-200 s: it ran out of the budget after the kernel families);
+5. ``dlrm-adagrad``: two more configurations, both training with sparse Adagrad (:data:`DLRM_ADAGRAD_SEED`).
 
 Nothing here imports torch, MLflow or XGBoost: the steps do, in their own processes.
 """
@@ -56,7 +57,13 @@ KERNEL_TIME_FAMILIES = ("gemm", "elementwise", "norm", "softmax")
 #: Per-step time limits (s): the longest each was seen to need on an H100/H200 with room to spare (the H200's
 #: full sweep, 2026-11-27: attention 121 s for 352 cases, gemm 35 s for 452, embedding 67 s, DLRM 4 configs
 #: 167-200 s; attention and gemm have grown since by 192 and 504 cases).
-STEP_LIMITS = {"profile-attention": 300, "profile-gemm": 180, "profile": 120, "dlrm": 200, "traces": 180}
+STEP_LIMITS = {"profile-attention": 300, "profile-gemm": 180, "profile": 120, "dlrm": 200, "traces": 180,
+               "dlrm-adagrad": 150}
+#: Seed of the ``dlrm-adagrad`` step's configurations (other configurations than the committed campaigns': the
+#: H100's seed 7, the H200's seed 0), every one training with sparse Adagrad (``--adagrad-share 1``): the
+#: GPU coalesce's hottest-row term (``COALESCE_US_PER_DUPLICATE``) was fitted on the H100 profile and checked on the
+#: H100's Adagrad runs only.
+DLRM_ADAGRAD_SEED = 11
 #: A step is started only if at least this share of its limit (and 20 s) is left in the budget.
 MIN_SHARE = 0.5
 #: The traces step runs right after this step (when the plan has it).
@@ -104,6 +111,7 @@ def _module_available(name: str) -> bool:
 
 def default_steps(out: Path, *, skip_existing: Path | None = None, python: str = sys.executable,
                   families: Sequence[str] = ("attention", *KERNEL_FAMILIES), dlrm_configs: int = 4,
+                  dlrm_adagrad_configs: int = 2,
                   traces: bool = True, cpu: bool = False, remeasure: Sequence[str] = REMEASURE) -> list[Step]:
     """The session plan of the module docstring (``cpu``: profile the CPU instead, for trying the plan out).
 
@@ -159,6 +167,12 @@ def default_steps(out: Path, *, skip_existing: Path | None = None, python: str =
         tail.append(Step("dlrm", [*cli, "bench", "campaign", str(out / "dlrm"), "--device", "cpu" if cpu else "cuda",
                                    "--ranks", "1", "--configs", str(dlrm_configs), "--iters", "10", "--warmup", "3"],
                           STEP_LIMITS["dlrm"]))
+    if dlrm_configs > 0 and dlrm_adagrad_configs > 0:  # (no DLRM step: neither)
+        tail.append(Step("dlrm-adagrad", [*cli, "bench", "campaign", str(out / "dlrm-adagrad"), "--device",
+                                          "cpu" if cpu else "cuda", "--ranks", "1", "--configs",
+                                          str(dlrm_adagrad_configs), "--seed", str(DLRM_ADAGRAD_SEED),
+                                          "--adagrad-share", "1", "--iters", "10", "--warmup", "3"],
+                         STEP_LIMITS["dlrm-adagrad"]))
     if traces:
         record = Path(__file__).resolve().parents[2] / "experiments" / "trace_gpu" / "record.py"
         why = None

@@ -101,8 +101,12 @@ def dlrm(config_path: str, plan_path: str | None, ranks: int | None, iters: int,
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True,
               help="cpu: gloo processes; cuda: one GPU per rank, NCCL, with GPU-sized configurations "
                    "(larger batches and tables).")
+@click.option("--adagrad-share", type=click.FloatRange(0.0, 1.0), default=0.25, show_default=True,
+              help="Share of the configurations that train with sparse Adagrad instead of SGD (the rest of each "
+                   "seeded configuration is the same whatever the share).")
 def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, warmup: int, threads: int | None,
-             model_ref: str | None, tracking_uri: str | None, search_system: str | None, device: str) -> None:
+             model_ref: str | None, tracking_uri: str | None, search_system: str | None, device: str,
+             adagrad_share: float) -> None:
     """Measure random DLRM configurations x sharding plans into OUT_DIR/results.csv (resumable).
 
     A configuration whose runs fail is named on stderr and the others are still measured; the command then exits
@@ -127,7 +131,8 @@ def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, wa
                 raise InvalidInputError(f"cannot tell which system {model_ref} was measured on ({added or 'none'}); "
                                         "pass --system")
             search_system = added[0]
-    space = CampaignSpace.for_gpu(ranks) if device == "cuda" else CampaignSpace(ranks=ranks)
+    space = (CampaignSpace.for_gpu(ranks, adagrad_share=adagrad_share) if device == "cuda"
+             else CampaignSpace(ranks=ranks, adagrad_share=adagrad_share))
     report = run_campaign(out_dir, n_configs=n_configs, seed=seed, space=space,
                           iters=iters, warmup=warmup, threads_per_rank=threads, predictor=predictor,
                           search_system=search_system, device=device)
@@ -157,10 +162,13 @@ def campaign(out_dir: str, n_configs: int, seed: int, ranks: int, iters: int, wa
               help="Comma-separated profile families (default: attention, then every kernel family).")
 @click.option("--dlrm-configs", type=int, default=4, show_default=True,
               help="Random DLRM configurations of the campaign step (0: no DLRM step).")
+@click.option("--dlrm-adagrad-configs", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Configurations of the second DLRM step, every one training with sparse Adagrad (0: none; none "
+                   "without the first either).")
 @click.option("--no-traces", is_flag=True, help="Do not record traces of real models.")
 @click.option("--cpu", is_flag=True, help="Profile the CPU instead (quick sweeps): tries the plan out on any machine.")
-def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_configs: int, no_traces: bool,
-                cpu: bool) -> None:
+def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_configs: int, dlrm_adagrad_configs: int,
+                no_traces: bool, cpu: bool) -> None:
     """Measure a lent GPU in one prepared command: attention, GEMMs, traces, the other kernel families, DLRM runs
     (in that order, within --budget), with OUT_DIR/session.json saying what ran. Needs only PyTorch and pandas."""
     torch = require_torch("hybrid bench gpu-session")
@@ -188,7 +196,7 @@ def gpu_session(out_dir: str, budget_s: float, families: str | None, dlrm_config
         skip = committed_bundle_for(name)
         click.echo(f"GPU: {name}; committed bundle: {skip or 'none'}")
     steps = default_steps(Path(out_dir), skip_existing=skip, families=fams, dlrm_configs=dlrm_configs,
-                          traces=not no_traces, cpu=cpu)
+                          dlrm_adagrad_configs=dlrm_adagrad_configs, traces=not no_traces, cpu=cpu)
     manifest = run_session(out_dir, budget_s, steps, progress=click.echo)
     done = sum(s["status"] == "ok" for s in manifest["steps"])
     before = sum(s["status"] == "skipped" and MEASURED_BEFORE in s["reason"] for s in manifest["steps"])
