@@ -334,3 +334,32 @@ def test_llm_training_costs_kernel_times_unless_eager(h100_gemm_predictor):
     assert a == b
     with pytest.raises(Exception, match="kernel_times"):
         TrainingConfig(gpus=1, global_batch=1, kernel_times="yes")
+
+
+def test_embedding_kernel_time_takes_off_the_eager_dispatch(tmp_path):
+    """The embedding correction is fitted on eager-timed lookups (a GPU profile's ``embedding_bag`` rows: ~20-30
+    us of Python, dispatcher and launch in every row), and reported none of it as host time: the engine, which puts
+    host work on the host stream, costed the H200's traced token-embedding lookups at 3-10x their CUPTI kernels.
+    Now it fits the dispatch per (direction, variant) from its almost-pure-overhead rows and reports it as
+    ``host_us`` on GPU rows not timed as kernels; the prediction itself is unchanged, and it survives save/load."""
+    from hybrid.corrections.embedding_xgb import EmbeddingXGB
+    from hybrid.workloads.trace_kernels import step_kernel_rows
+
+    table, cat = load_bundle(Path(__file__).resolve().parents[1] / "datasets" / "H200")
+    emb = table[table["op"] == "embedding_bag"]
+    model = HybridPredictor(catalog=cat, corrections=[EmbeddingXGB()]).fit(emb)
+    corr = next(c for c in model.corrections if isinstance(c, EmbeddingXGB))
+    assert 15 < corr.dispatch_us["fwd|sum"] < 45  # an eager lookup's host time on the H200's host
+    assert corr.dispatch_us["bwd|sparse_sgd"] > corr.dispatch_us["fwd|sum"]  # the autograd call and the update
+    rows = step_kernel_rows([Path(__file__).resolve().parents[1] / "datasets" / "traces-h200"], cat)
+    rows = rows[rows["op"] == "embedding_bag"]
+    traced = rows["time_us"].to_numpy()
+    engine = rows.drop(columns=["framework"])  # as the engine's op rows: no kernel-timed framework
+    eager = model.predict(engine)["time_us"].to_numpy()
+    kernel = KernelTimeModel(model, learned_dispatch=True).predict(engine)["time_us"].to_numpy()
+    assert (kernel < eager).all()
+    assert np.exp(np.mean(np.abs(np.log(kernel / traced)))) < 2.5 < np.exp(np.mean(np.abs(np.log(eager / traced))))
+    # kernel-timed rows (CUPTI) report no dispatch
+    assert (model.predict(rows, host=True)["host_us"] == 0).all()
+    corr.save(tmp_path / "emb")
+    assert EmbeddingXGB.load(tmp_path / "emb").dispatch_us == corr.dispatch_us

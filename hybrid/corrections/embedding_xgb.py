@@ -33,8 +33,14 @@ import numpy as np
 import pandas as pd
 
 from hybrid.corrections.base import read_json, write_json
-from hybrid.corrections.features import dense_gradient, table_pass_us
-from hybrid.corrections.kernel_xgb import XGBCorrection, XGBParams
+from hybrid.corrections.features import dense_gradient, kernel_timing, table_pass_us
+from hybrid.corrections.kernel_xgb import (
+    DISPATCH_MIN_ROWS,
+    XGBCorrection,
+    XGBParams,
+    _dispatch_gaps,
+    _gpu_rows,
+)
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.ops.families import (
@@ -183,6 +189,10 @@ class EmbeddingXGB(XGBCorrection):
         self.coefficients: dict[str, list[float]] = {}
         #: per group, the cross-validated errors that chose between the cost model and the roofline reference
         self.selection: dict[str, dict[str, float]] = {}
+        #: "direction|variant" -> host dispatch (us) inside the framework-timed GPU rows of the fit (an eager
+        #: lookup's Python / dispatcher / launch; a backward row's autograd call and its update's): what
+        #: :meth:`host_us` reports so that the engine, which puts host work on the host stream, takes it off
+        self.dispatch_us: dict[str, float] = {}
 
     def roofline_reference_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Roofline time, plus :data:`DENSE_GRAD_TABLE_PASSES` table passes for dense-gradient backward rows
@@ -274,15 +284,47 @@ class EmbeddingXGB(XGBCorrection):
         :data:`SELECT_FOLDS`-fold cross-validated error (inside ``table``) is lower with the roofline reference
         keep the roofline reference (``self.selection`` records both errors per group)."""
         select = self.select if select is None else select
-        self.coefficients, self.selection = {}, {}
+        self.coefficients, self.selection, self.dispatch_us = {}, {}, {}
+        sub, base = self._select(table, baseline)
+        if len(sub):
+            self.dispatch_us = self.fit_dispatch(sub, base, catalog)
         if self.reference == "linear":
-            sub, base = self._select(table, baseline)
             if len(sub):
                 self.coefficients = self.fit_reference(sub, catalog)
                 if select and len(sub) >= 10 * SELECT_FOLDS:
                     self._select_groups(sub, base, catalog)
         super().fit(table, baseline, catalog, sample_weight)
         return self
+
+    def fit_dispatch(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> dict[str, float]:
+        """Per (direction, variant) group, the host dispatch inside framework-timed GPU rows: per (device,
+        framework) with at least ``DISPATCH_MIN_ROWS`` rows whose roofline is under ``DISPATCH_TINY_US`` (almost pure
+        overhead), the median of measured minus roofline; the median over those. Groups without such rows: none
+        (0: their rows keep their whole time as kernel time)."""
+        rows = _gpu_rows(table, catalog) & (kernel_timing(table) == 0)
+        if not rows.any():
+            return {}
+        frame = _dispatch_gaps(table, baseline).assign(grp=_groups(table))[rows]
+        tiny = frame[frame["tiny"]]
+        out: dict[str, float] = {}
+        for g, sub in tiny.groupby("grp"):
+            per = sub.groupby(["d", "f"])["g"]
+            med = per.median()[per.size() >= DISPATCH_MIN_ROWS]
+            if len(med):
+                out[str(g)] = float(max(np.nanmedian(med.to_numpy()), 0.0))
+        return out
+
+    def host_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        """Per row, the host dispatch its prediction includes (:attr:`dispatch_us` of its group on GPU rows timed
+        through a framework, or made by a workload builder; 0 elsewhere): what the engine takes off to get the
+        kernel time (:class:`hybrid.engine.costs.KernelTimeModel`)."""
+        out = np.zeros(len(table))
+        if not self.dispatch_us or not len(table):
+            return out
+        rows = _gpu_rows(table, catalog) & (kernel_timing(table) == 0)
+        if rows.any():
+            out[rows] = pd.Series(_groups(table)[rows]).map(self.dispatch_us).fillna(0.0).to_numpy(np.float64)
+        return out
 
     def _select_groups(self, sub: pd.DataFrame, base: pd.DataFrame, catalog: Catalog) -> None:
         fold = np.random.default_rng(self.params.seed).integers(0, SELECT_FOLDS, len(sub))
@@ -314,15 +356,16 @@ class EmbeddingXGB(XGBCorrection):
                           target_offset: float = 0.0) -> EmbeddingXGB:
         new = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate, target_offset)
         new.reference, new.coefficients = self.reference, dict(self.coefficients)  # type: ignore[attr-defined]
+        new.dispatch_us = dict(self.dispatch_us)  # type: ignore[attr-defined]
         return new  # type: ignore[return-value]
 
     def save(self, directory: Path) -> None:
         super().save(directory)
         write_json(Path(directory) / "reference.json", {
             "reference": self.reference, "cost_terms": list(COST_TERMS), "coefficients": self.coefficients,
-            "selection": self.selection,
+            "selection": self.selection, "dispatch_us": self.dispatch_us,
             "units": "byte terms: us at device memory bandwidth; count terms: us of one 64-byte line at it; "
-                     "launches: device kernel latency"})
+                     "launches: device kernel latency; dispatch_us: host us inside framework-timed GPU rows"})
 
     @classmethod
     def load(cls, directory: Path) -> EmbeddingXGB:
@@ -335,8 +378,11 @@ class EmbeddingXGB(XGBCorrection):
             obj.reference = str(meta.get("reference", "linear"))  # type: ignore[attr-defined]
             obj.coefficients = {str(k): [float(x) for x in v] for k, v in meta.get("coefficients", {}).items()}  # type: ignore[attr-defined]
             obj.selection = dict(meta.get("selection", {}))  # type: ignore[attr-defined]
+            # (saved before the dispatch was fitted: none, the whole time stays kernel time as it was priced then)
+            obj.dispatch_us = {str(k): float(v) for k, v in meta.get("dispatch_us", {}).items()}  # type: ignore[attr-defined]
         else:  # saved before the fitted reference existed
             obj.reference, obj.coefficients = "roofline", {}  # type: ignore[attr-defined]
+            obj.dispatch_us = {}  # type: ignore[attr-defined]
         return obj  # type: ignore[return-value]
 
     def describe(self) -> dict[str, Any]:
