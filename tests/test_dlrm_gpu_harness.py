@@ -293,7 +293,42 @@ def test_gpu_adagrad_coalesce_sums_the_hottest_rows_duplicates_serially():
     # the optimizer phase now holds most of the measured iteration (34.3 ms measured, 26.7 ms of it optimizer)
     opt = float(res.phase_times(host_clock=True)["optimizer"].max())
     assert 20e3 < opt < 40e3
+    # the iteration says what the hottest rows cost (the graph's notes: CLI text and --json)
+    note = next(n for n in it.info["notes"] if "hottest rows" in n)
+    assert f"{hot['duration_us'].sum() / 1e3:.1f} ms" in note
+    sgd = build_dlrm_graph(cfg.with_(system="H100-SXM", optimizer="sgd"), plan, default_catalog(), harness=True)
+    assert not any("hottest rows" in n for n in sgd.info["notes"])
     # no such node on a CPU target, and none under SGD
     cat, cpu = cpu_catalog()
     assert not any("hottest row" in k for k in _names(cfg, plan, cpu, True, cat))
     assert not any("hottest row" in k for k in _names(cfg.with_(optimizer="sgd"), plan, "H100-SXM", True))
+
+
+def test_simulate_cli_notes_a_gpu_coalesces_hot_rows(tmp_path, capsys):
+    """`hybrid simulate` says when a GPU's sparse Adagrad spends milliseconds summing the hottest rows of skewed
+    tables (the graph's notes reach its text and --json); an SGD config gets no such note."""
+    import json
+
+    from hybrid.cli.main import main
+
+    doc = """system: H100-SXM
+gpus: 1
+batch_size_per_gpu: 8192
+optimizer: {opt}
+interaction: cat
+bottom_mlp: [128, 64]
+top_mlp: [128, 1]
+embedding_dim: 64
+tables:
+- {{name: t0, num_embeddings: 150000, embedding_dim: 16, pooling_factor: 40, index_dist: zipf, zipf_alpha: 1.2}}
+- {{name: t1, num_embeddings: 1000000, embedding_dim: 64, pooling_factor: 20, index_dist: uniform}}
+"""
+    notes = {}
+    for opt in ("adagrad", "sgd"):
+        path = tmp_path / f"{opt}.yaml"
+        path.write_text(doc.format(opt=opt))
+        assert main(["simulate", str(path), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        notes[opt] = [n for n in out.get("notes", []) if "hottest rows" in n]
+    assert len(notes["adagrad"]) == 1 and "ms per iteration on rank 0" in notes["adagrad"][0]
+    assert notes["sgd"] == []

@@ -245,6 +245,10 @@ def simulate(config_path: str, plan_path: str | None, gpus: int | None, system: 
     if not memory.fits:
         raise InvalidInputError(f"{config_path}: plan does not fit: {memory.reason} (plan: {plan_source})")
     iteration = build_dlrm_graph(config.with_(plan=None), plan, catalog)
+    for note in iteration.info.get("notes", []):  # what the graph says of itself (e.g. a GPU coalesce's hot rows)
+        if note not in notes:
+            click.echo(f"note: {note}", err=True)
+            notes.append(note)
     result = run(iteration.graph, model)
     summary = result.summary()
     from hybrid.engine.form_error import e2e_interval

@@ -457,6 +457,21 @@ class DLRMIteration:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+#: A GPU coalesce's hottest-row sums are noted once they reach this much per iteration on a rank (us).
+HOT_NOTE_US = 1000.0
+
+
+def _hot_note(hot_us: dict[int, float]) -> str | None:
+    """The note a GPU sparse-Adagrad iteration gets when its coalesce's hottest-row sums (COALESCE_US_PER_DUPLICATE)
+    reach :data:`HOT_NOTE_US` on some rank: what they cost and why (skewed tables under torch.optim's COO path)."""
+    if not hot_us or max(hot_us.values()) < HOT_NOTE_US:
+        return None
+    r, us = max(hot_us.items(), key=lambda kv: kv[1])
+    return (f"sparse Adagrad on a GPU: CUDA's coalesce sums each row's duplicates in one warp, one after another; the "
+            f"hottest rows of skewed (Zipf) tables cost {us / 1e3:.1f} ms per iteration on rank {r} (their lookups x "
+            f"{COALESCE_US_PER_DUPLICATE['gpu']} us); a fused optimizer (e.g. FBGEMM's TBE) or SGD avoids it")
+
+
 def _round(x: float) -> float:
     return float(f"{x:.6g}")
 
@@ -1025,6 +1040,7 @@ def build_dlrm_graph(
         return ([float(fin * fout) for _, fin, fout in mine]
                 + [float(b) for name, _, fout in mine if (b := config.layer_bias(name, fout))])
 
+    hot_total: dict[int, float] = {}  # per rank: a GPU coalesce's hottest-row sums (sparse Adagrad)
     for r in all_ranks:
         step = g.add(r, HOST, "optimizer.step", kind="cpu", overhead="optimizer_step")
         charge(r, hops["optimizer"])
@@ -1069,6 +1085,7 @@ def build_dlrm_graph(
                                  kind="cpu", overhead="kernel_launch", deps=[done])
                 # then, queued behind it, the values kernel's warp that sums the hottest row's duplicates
                 hot_us = grp["hottest_row_lookups"] * COALESCE_US_PER_DUPLICATE.get(target.device.kind, 0.0)
+                hot_total[r] = hot_total.get(r, 0.0) + hot_us
                 if hot_us > 0:  # (part of the values kernel: no launch of its own)
                     g.add(r, COMPUTE_STREAM, f"embedding {config.optimizer} coalesce: hottest row's duplicates "
                           "summed serially", duration_us=_round(hot_us), deps=[step])
@@ -1096,5 +1113,5 @@ def build_dlrm_graph(
     info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
             "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
             # where the collectives are priced, and what to know about it (a bare CPU device: its gloo system)
-            "collective_system": coll_system, "notes": [n for n in (coll_note, host_note) if n]}
+            "collective_system": coll_system, "notes": [n for n in (coll_note, host_note, _hot_note(hot_total)) if n]}
     return DLRMIteration(g, config, plan, target, vol, pieces, info)
