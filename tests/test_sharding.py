@@ -968,7 +968,6 @@ def test_the_search_scores_plans_by_the_estimate_it_ranks_them_by(extra):
     the graph launches (equal to the graph's host time for plans of every sharding type and config option)."""
     from hybrid.engine.overheads import Overheads
     from hybrid.sharding.search import (
-        _hottest_rows,
         _placeable_costs,
         _Search,
         host_us_per_rank,
@@ -987,10 +986,9 @@ def test_the_search_scores_plans_by_the_estimate_it_ranks_them_by(extra):
     for _ in range(6):
         plan = _random_plan(c, rng)
         s = _Search(c, costs).load_plan(plan)
-        # (a GPU's sparse Adagrad: the coalesce's hottest row per fused table, a maximum the incremental objective
-        # leaves out, is the one difference: plan_estimate adds it per plan)
+        # (a GPU's sparse Adagrad: the coalesce's hottest row per fused table, a maximum, counted alike)
         assert (costs.coalesce_us_per_duplicate > 0) == (extra == {"optimizer": "adagrad"})
-        est = _hottest_rows(c, costs, plan, s).objective()
+        est = s.objective()
         est = est[0] if isinstance(est, tuple) else est  # (estimate, GPU time)
         assert est == pytest.approx(plan_estimate(c, costs, plan), rel=1e-9), plan.type_counts()
         graph = build_dlrm_graph(c, plan, model.catalog).graph.compile()
@@ -1333,3 +1331,59 @@ def test_estimate_charges_a_gpu_coalesce_its_hottest_row_once_per_fused_table():
         # SGD: no coalesce term at all
         sgd = c.with_(optimizer="sgd")
         assert _placeable_costs(sgd, model, target, target.device.mem_capacity)[0].coalesce_us_per_duplicate == 0
+
+
+def test_search_moves_count_each_fused_tables_hottest_row_once():
+    """The local search scores a move with the coalesce's hottest rows as they would be after it: per rank and fused
+    group the largest member's time (``_Search._hot_deltas``), equal to placing the table there and reading the
+    state; a search from a plan never ends above where it started, with the estimate it reports."""
+    from hybrid.sharding.heuristics import lookup_greedy
+    from hybrid.sharding.search import _placeable_costs, _Search, plan_estimate
+    from hybrid.workloads.dlrm_graph import resolve_target
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 4, "batch_size_per_gpu": 4096, "num_tables": 12,
+                              "optimizer": "adagrad", "interaction": "cat",
+                              "table_generator": {"seed": 5, "rows": [1000, 5e6], "pooling": [1, 60],
+                                                  "dims": [32, 64]}})
+    model = RooflineCostModel()
+    target = resolve_target(c.system, model.catalog)
+    costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
+    assert costs.hot_us is not None and costs.hot_us.max() > 1000  # ms-scale hot rows at this batch
+    plan = lookup_greedy(c)
+    s = _Search(c, costs).load_plan(plan)
+    base = s.hot_us()
+    assert base.sum() < sum(costs.hot_us[t, s.assign[t][0]] for t in range(c.num_tables))  # maxima, not sums
+    menu = s._split_menu()
+    for t in range(c.num_tables):
+        js, masks = s._candidates_for(t, menu)
+        deltas = s._hot_deltas(t, js, masks)
+        j0, r0 = s.assign[t]
+        for i in range(len(js)):
+            s.place(t, int(js[i]), tuple(np.flatnonzero(masks[i]).tolist()))
+            np.testing.assert_allclose(s.hot_us() - base, deltas[i], atol=1e-6)
+            s.place(t, j0, r0)
+        np.testing.assert_allclose(s.hot_us(), base)
+    start = plan_estimate(c, costs, plan)
+    found = s.local_search()
+    assert found.objective()[0] <= start * (1 + 1e-9)
+    assert plan_estimate(c, costs, found.plan()) == pytest.approx(found.objective()[0], rel=1e-9)
+
+
+def test_a_row_wise_piece_counts_its_tables_hottest_row():
+    """Row-wise sharding splits a table's rows, not its hottest row's lookups: whichever rank holds that row sums
+    all of them, so each row-wise piece counts the whole table's (before, a 4-way split was credited with a ~4x
+    shorter hot-row sum, which the search then chose for it)."""
+    from hybrid.ops.families import expected_hottest_row_lookups
+    from hybrid.sharding.plan import Shard, ShardingPlan
+    from hybrid.workloads.dlrm_graph import lookup_groups, shard_pieces
+
+    c = DLRMConfig.from_dict({"system": "DGX-H100", "gpus": 4, "batch_size_per_gpu": 4096, "optimizer": "adagrad",
+                              "interaction": "cat", "bottom_mlp": [64, 32], "top_mlp": [64, 1],
+                              "tables": [{"name": "t0", "num_embeddings": 2_000_000, "embedding_dim": 64,
+                                          "pooling_factor": 30, "index_dist": "zipf", "zipf_alpha": 1.1}]})
+    full = float(expected_hottest_row_lookups(2_000_000, 4 * 4096 * 30, 1.1))
+    for shard in (Shard("row_wise", (0, 1, 2, 3)), Shard("column_wise", (0, 1)), Shard("table_wise", (2,))):
+        pieces = shard_pieces(c, ShardingPlan({"t0": shard}))
+        for r in shard.ranks:
+            (grp,) = [g for g in lookup_groups(pieces, r) if g["sharded"]]
+            assert grp["hottest_row_lookups"] == pytest.approx(full, rel=1e-9), (shard.type, r)

@@ -40,7 +40,12 @@ from hybrid.engine.simulate import SimResult, simulate
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
 from hybrid.hardware.device import Device
-from hybrid.ops.families import ELEMENTWISE_VARIANTS, dense_sgd_update_share, expected_unique_rows
+from hybrid.ops.families import (
+    ELEMENTWISE_VARIANTS,
+    dense_sgd_update_share,
+    expected_hottest_row_lookups,
+    expected_unique_rows,
+)
 from hybrid.sharding.heuristics import BASELINES
 from hybrid.sharding.memory import (
     FRAGMENTATION,
@@ -270,9 +275,12 @@ class CostTables:
     rank_floor_us: tuple[float, float] = (0.0, 0.0)
     dp_unscale_us_per_byte: float = 0.0  # a replicated table's share of that unscale, per byte of its weights
     #: a GPU's sparse Adagrad: time per duplicate of a fused table's hottest row in the coalesce
-    #: (:data:`~hybrid.workloads.dlrm_graph.COALESCE_US_PER_DUPLICATE`; 0: SGD, or a CPU). A maximum per fused group,
-    #: which the per-piece coefficients cannot carry: :func:`plan_estimate` adds it per plan (:func:`_hottest_rows`)
+    #: (:data:`~hybrid.workloads.dlrm_graph.COALESCE_US_PER_DUPLICATE`; 0: SGD, or a CPU), and per (table, option)
+    #: the piece's hottest-row time (us; 0 for data-parallel options). A fused group pays the largest of its members'
+    #: (a maximum, which the additive coefficients cannot carry): the search keeps each rank's members per fused
+    #: group and adds the sum of those maxima (:meth:`_Search.hot_us`)
     coalesce_us_per_duplicate: float = 0.0
+    hot_us: np.ndarray | None = None
 
     def host_per_node(self, v: np.ndarray) -> np.ndarray:
         """[n, nodes] bytes of sharded tables' weights and state each node's ranks hold, for states ``v`` [n, 10, R]:
@@ -551,13 +559,21 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
     # the engine's defaults, as simulate takes them for this model: one launch costs the dispatch the model measured
     # on this GPU, where it did (hybrid.engine.overheads.measured_dispatch_us)
     default_overheads = dispatch_overheads(Overheads(), measured_dispatch_us(model, [dev.key]))
+    # a GPU coalesce's hottest row per piece (sparse Adagrad; the graph charges a fused group its largest member's)
+    t_dup = COALESCE_US_PER_DUPLICATE.get(dev.kind, 0.0) if adagrad else 0.0
+    hot_us = None
+    if t_dup > 0:
+        # (a row-wise piece: the whole table's hottest row, on whichever rank holds it, as the graph counts it)
+        full = expected_hottest_row_lookups(rows, Bg * pool, alpha)
+        hot_us = t_dup * np.repeat(full[:, None], n_opt, axis=1)
+        hot_us[:, [o.type == "data_parallel" for o in options]] = 0.0
     return CostTables(options, emb_us, C, grids, dp_update, R, tablewise_budget(config, capacity),
                       config.dense_params() * eb, **host, catalog=catalog, dense_us=dense_us,
                       synchronous_host=dev.kind == "cpu", launch=launch, piece_key=keys.reshape(T, n_opt),
                       overheads=overheads if overheads is not None else default_overheads, dtype_bytes=float(eb),
                       group_floor_us=(float(f_floor), sparse_floor, dp_floor), post_floor_us=post_floor,
                       rank_floor_us=(float(rank_floor[0]), float(rank_floor[1])), dp_unscale_us_per_byte=dp_unscale,
-                      coalesce_us_per_duplicate=COALESCE_US_PER_DUPLICATE.get(dev.kind, 0.0) if adagrad else 0.0)
+                      coalesce_us_per_duplicate=t_dup, hot_us=hot_us)
 
 
 # ------------------------------------------------------------------------------------------------ search state
@@ -742,6 +758,8 @@ class _Search:
         self._type = np.array([SHARD_CODES[o.type] for o in costs.options], dtype=np.int64)
         self._lm = costs.launch if costs.catalog is not None else None  # (no catalog: no host term, as plan_estimate)
         self.approximate = False  # a loaded plan with an option outside the menu, priced as the nearest one
+        #: a GPU coalesce's hottest rows (``costs.hot_us``): per (rank, fused group key), each member table's time
+        self._hot: dict[tuple[int, int], dict[int, float]] | None = {} if costs.hot_us is not None else None
         if self._lm is not None:
             n_keys = int(costs.piece_key.max()) + 1
             self.state.cnt, self.state.a2a, self.state.dpc = (np.zeros((self.R, n_keys)), np.zeros(self.R),
@@ -762,6 +780,7 @@ class _Search:
         self.state.rw += rw
         self.state.dp += dp
         self._count(self.state, t, j, ranks, 1.0)
+        self._hot_add(t, j, ranks)
         self.assign[t] = (j, tuple(ranks))
 
     def unplace(self, t: int) -> None:
@@ -771,7 +790,75 @@ class _Search:
         self.state.rw -= rw
         self.state.dp -= dp
         self._count(self.state, t, j, ranks, -1.0)
+        if self._hot is not None:
+            key = int(self.costs.piece_key[t, j]) if self.costs.piece_key is not None else 0
+            for r in ranks:
+                self._hot.get((r, key), {}).pop(t, None)
         self.assign[t] = None
+
+    def _hot_add(self, t: int, j: int, ranks: tuple[int, ...]) -> None:
+        if self._hot is None or self.costs.hot_us[t, j] <= 0:
+            return
+        key = int(self.costs.piece_key[t, j]) if self.costs.piece_key is not None else 0
+        for r in ranks:
+            self._hot.setdefault((r, key), {})[t] = float(self.costs.hot_us[t, j])
+
+    def _hot_swap(self, p: int, q: int, rp: int, rq: int) -> None:
+        """Table-wise ``p`` from rank ``rp`` to ``rq`` and ``q`` from ``rq`` to ``rp`` in the hottest-row members
+        only (what a swap candidate's :meth:`hot_us` is read from; the state rows are left alone)."""
+        tw = self._tw
+        keys = self.costs.piece_key
+        for t, a in ((p, rp), (q, rq)):
+            key = int(keys[t, tw]) if keys is not None else 0
+            self._hot.get((a, key), {}).pop(t, None)
+        for t, z in ((p, rq), (q, rp)):
+            self._hot_add(t, tw, (z,))
+
+    def hot_us(self) -> np.ndarray:
+        """[R] each rank's GPU-coalesce hottest-row time as the plan stands: per fused group, its largest member's
+        (zeros without ``costs.hot_us``)."""
+        out = np.zeros(self.R)
+        for (r, _), members in (self._hot or {}).items():
+            if members:
+                out[r] += max(members.values())
+        return out
+
+    def _with_hot(self, v: np.ndarray) -> np.ndarray:
+        """State rows ``v`` [10, R] with :meth:`hot_us` added to the backward + update (row 0) and to the share a
+        GradScaler's sync leaves after it (row 9)."""
+        if self._hot is None:
+            return v
+        hot = self.hot_us()
+        v = v.copy()
+        v[0] += hot
+        v[9] += hot
+        return v
+
+    def _hot_deltas(self, t: int, js: np.ndarray, masks: np.ndarray) -> np.ndarray | None:
+        """[n, R] change of each rank's :meth:`hot_us` if table ``t`` moved to option ``js[i]`` on ranks ``masks[i]``
+        (None without ``costs.hot_us``)."""
+        if self._hot is None:
+            return None
+        keys = self.costs.piece_key
+        cur = self.hot_us()
+        after = cur.copy()  # t taken out of its ranks
+        if self.assign[t] is not None:
+            j0, r0 = self.assign[t]
+            k0 = int(keys[t, j0]) if keys is not None else 0
+            for r in r0:
+                m = self._hot.get((r, k0), {})
+                if t in m:
+                    rest = [x for u, x in m.items() if u != t]
+                    after[r] += (max(rest) if rest else 0.0) - max(m.values())
+        out = np.repeat((after - cur)[None], len(js), axis=0)
+        hot = self.costs.hot_us[t, js]
+        for i in np.flatnonzero(hot > 0):  # then added to its new ranks' group of its new key
+            kj = int(keys[t, js[i]]) if keys is not None else 0
+            for r in np.flatnonzero(masks[i]):
+                m = self._hot.get((int(r), kj), {})
+                rest = max((x for u, x in m.items() if u != t), default=0.0)
+                out[i, r] += max(rest, hot[i]) - rest
+        return out
 
     def _count(self, state: _State, t: int, j: int, ranks: tuple[int, ...], sign: float) -> None:
         """Add (``sign`` 1) or remove (-1) table ``t``'s pieces under option ``j`` on ``ranks`` to the launch
@@ -871,13 +958,14 @@ class _Search:
     def gpu_objective(self) -> float:
         """The GPU-side terms of the plan as it stands (:func:`_objective`, with its fused groups' fixed times)."""
         s, terms = self.state, self._terms_now()
-        return float(_objective(self.costs, s.v[None], np.array([s.rw]), np.array([s.dp]),
+        return float(_objective(self.costs, self._with_hot(s.v)[None], np.array([s.rw]), np.array([s.dp]),
                                 groups=None if terms is None else terms[1:3])[0])
 
     def objective(self) -> tuple[float, float]:
         """The estimate of the plan as it stands and its GPU time (:func:`_estimate`)."""
         s = self.state
-        est, gpu = _estimate(self.costs, s.v[None], np.array([s.rw]), np.array([s.dp]), launch=self._terms_now())
+        est, gpu = _estimate(self.costs, self._with_hot(s.v)[None], np.array([s.rw]), np.array([s.dp]),
+                             launch=self._terms_now())
         return float(est[0]), float(gpu[0])
 
     def load_plan(self, plan: ShardingPlan) -> _Search:
@@ -1048,7 +1136,8 @@ class _Search:
             if deadline is not None and time.perf_counter() > deadline:
                 break
             v = self.state.v
-            hot = {int(np.argmax(v[0])), int(np.argmax(v[2])), int(np.argmax(v[1])),
+            hv = self._with_hot(v)  # (the bottleneck ranks with the coalesce's hottest rows)
+            hot = {int(np.argmax(hv[0])), int(np.argmax(v[2])), int(np.argmax(v[1])),
                    int(np.argmax(np.maximum(v[4], v[5])))}
             movers = [t for t in range(self.T) if not hot.isdisjoint(self.assign[t][1])]
             menu = self._split_menu()
@@ -1060,7 +1149,12 @@ class _Search:
                 d0, rw0, dp0 = self._piece(t, j0, r0)
                 js, masks = self._candidates_for(t, menu, dests)
                 coef = self.costs.coeffs[t, js]
-                V.append((v - d0)[None] + _delta(coef, masks))
+                cand = (hv - d0)[None] + _delta(coef, masks)
+                hd = self._hot_deltas(t, js, masks)
+                if hd is not None:  # the fused groups' hottest rows, as the move leaves them
+                    cand[:, 0] += hd
+                    cand[:, 9] += hd
+                V.append(cand)
                 RW.append(self.state.rw - rw0 + coef[:, _RW])
                 DP.append(self.state.dp - dp0 + coef[:, _DP])
                 OLD.append((j0, r0))
@@ -1081,8 +1175,16 @@ class _Search:
                 Hb = np.zeros((len(P), R), bool)
                 Hb[:, b] = True
                 Hr = self._eye[rq]
-                nv = (v[None] - _delta(coef_tw[P], Hb) + _delta(coef_tw[P], Hr)
+                nv = (hv[None] - _delta(coef_tw[P], Hb) + _delta(coef_tw[P], Hr)
                       - _delta(coef_tw[Q], Hr) + _delta(coef_tw[Q], Hb))
+                if self._hot is not None:  # swapped for real, one pair at a time (few pairs), then back
+                    before = self.hot_us()
+                    for i, (p_, q_, r_) in enumerate(zip(P, Q, rq, strict=True)):
+                        self._hot_swap(int(p_), int(q_), b, int(r_))
+                        d = self.hot_us() - before
+                        self._hot_swap(int(p_), int(q_), int(r_), b)
+                        nv[i, 0] += d
+                        nv[i, 9] += d
                 if self._lm is not None and V:  # the moves' launch terms, all at once
                     TERMS.append(self._moves_terms(A, Bv, M, OLD))
                 V.append(nv)
@@ -1382,11 +1484,12 @@ def plan_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> 
     its per-iteration work and first launch, ``costs.launch.lead``, before which no GPU op starts); on a CPU
     device, whose host waits for every kernel, their sum. The search's own objective (:meth:`_Search.objective`)
     is the same quantity, counted incrementally (:func:`_estimate`), the host's time aside."""
-    s = _hottest_rows(config, costs, plan, _loaded(config, costs, plan))
+    s = _loaded(config, costs, plan)
     terms = s._terms_now()
     if terms is not None:
         terms = (np.array([_plan_host_us(config, costs, plan)]), *terms[1:])
-    est, _ = _estimate(costs, s.state.v[None], np.array([s.state.rw]), np.array([s.state.dp]), launch=terms)
+    est, _ = _estimate(costs, s._with_hot(s.state.v)[None], np.array([s.state.rw]), np.array([s.state.dp]),
+                       launch=terms)
     return float(est[0])
 
 
@@ -1396,22 +1499,8 @@ def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan)
     (``costs.placed``) each piece is priced where the graph places it
     (:func:`hybrid.workloads.dlrm_graph.place_pieces`: a rank's largest tables in host memory once they pass
     :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`), whichever placement ``costs`` planned with."""
-    return _hottest_rows(config, costs, plan, _loaded(config, costs, plan)).gpu_objective()
+    return _loaded(config, costs, plan).gpu_objective()
 
-
-def _hottest_rows(config: DLRMConfig, costs: CostTables, plan: ShardingPlan, s: _Search) -> _Search:
-    """``s`` with each rank's GPU sparse-Adagrad coalesce of its hottest rows added to its backward and update (and
-    to the share a GradScaler's sync leaves after it), as the graph charges it: per sharded fused group, the
-    hottest member's expected lookups x ``costs.coalesce_us_per_duplicate``. The search's incremental objective
-    (:meth:`_Search.objective`) leaves this maximum out; the plans it proposes are ranked with it here."""
-    if costs.coalesce_us_per_duplicate <= 0:
-        return s
-    pieces = shard_pieces(config, plan)
-    for r in range(costs.n_ranks):
-        hot = sum(g["hottest_row_lookups"] for g in lookup_groups(pieces, r) if g["sharded"])
-        s.state.v[0, r] += hot * costs.coalesce_us_per_duplicate
-        s.state.v[9, r] += hot * costs.coalesce_us_per_duplicate
-    return s
 
 
 def _loaded(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> _Search:

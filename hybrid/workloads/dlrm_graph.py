@@ -497,9 +497,12 @@ def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
             "unique_rows": float(expected_unique_rows(np.array([m.rows for m in members], dtype=np.float64),
                                                       np.array([m.batch * m.pooling for m in members]),
                                                       np.array([m.zipf_alpha for m in members])).sum()),
-            # the fused table's most looked-up row (members' rows never collide: each has its own offset)
+            # the fused table's most looked-up row (members' rows never collide: each has its own offset). A row-wise
+            # piece is a slice of its table's rows: whichever rank holds the table's hottest row gets all of its
+            # lookups, so each piece counts the whole table's (the iteration waits for that rank)
             "hottest_row_lookups": float(expected_hottest_row_lookups(
-                np.array([m.rows for m in members], dtype=np.float64), np.array([m.batch * m.pooling for m in members]),
+                np.array([m.rows / max(m.fraction, 1e-12) for m in members], dtype=np.float64),
+                np.array([m.batch * m.pooling / max(m.fraction, 1e-12) for m in members]),
                 np.array([m.zipf_alpha for m in members])).max()),
             "tables": [m.table for m in members], "host": host,
             "row_wise_pieces": sum(m.type == "row_wise" for m in members),
