@@ -1043,7 +1043,11 @@ class _Search:
             remaining = remaining - per_table[t]
             js, masks = self._candidates_for(t, self._split_menu())
             coef = self.costs.coeffs[t, js]
-            v = self.state.v[None] + _delta(coef, masks)
+            v = self._with_hot(self.state.v)[None] + _delta(coef, masks)
+            hd = self._hot_deltas(t, js, masks)
+            if hd is not None:  # the fused groups' hottest rows once t joins one (a maximum per group)
+                v[:, 0] += hd
+                v[:, 9] += hd
             dp = self.state.dp + coef[:, _DP]
             terms = self._launch_terms(t, js, masks)
             if terms is not None:  # (the launches the tables still to place add, at least)
