@@ -987,7 +987,7 @@ def test_the_search_scores_plans_by_the_estimate_it_ranks_them_by(extra):
         plan = _random_plan(c, rng)
         s = _Search(c, costs).load_plan(plan)
         # (a GPU's sparse Adagrad: the coalesce's hottest row per fused table, a maximum, counted alike)
-        assert (costs.coalesce_us_per_duplicate > 0) == (extra == {"optimizer": "adagrad"})
+        assert (costs.hot_us is not None) == (extra == {"optimizer": "adagrad"})
         est = s.objective()
         est = est[0] if isinstance(est, tuple) else est  # (estimate, GPU time)
         assert est == pytest.approx(plan_estimate(c, costs, plan), rel=1e-9), plan.type_counts()
@@ -1323,14 +1323,14 @@ def test_estimate_charges_a_gpu_coalesce_its_hottest_row_once_per_fused_table():
                                                       "dims": dims}})
         target = resolve_target(c.system, model.catalog)
         costs, _ = _placeable_costs(c, model, target, target.device.mem_capacity)
-        assert costs.coalesce_us_per_duplicate > 0
+        assert costs.hot_us is not None
         plan = lookup_greedy(c)
         est, sim = plan_estimate(c, costs, plan), evaluate_plan(c, plan, model).iteration_us
         assert 0.95 * sim <= est <= 1.03 * sim, (gpus, est, sim)
         assert plan_gpu_estimate(c, costs, plan) > 0.5 * sim  # the GPU side carries it
         # SGD: no coalesce term at all
         sgd = c.with_(optimizer="sgd")
-        assert _placeable_costs(sgd, model, target, target.device.mem_capacity)[0].coalesce_us_per_duplicate == 0
+        assert _placeable_costs(sgd, model, target, target.device.mem_capacity)[0].hot_us is None
 
 
 def test_search_moves_count_each_fused_tables_hottest_row_once():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hybrid.data.traces import load_traces
-from hybrid.data.traces.opmap import ATTENTION_CAUSAL_ARG, ATTENTION_DROPOUT_ARG, map_op
+from hybrid.data.traces.opmap import ATTENTION_ARGS, map_op
 from hybrid.workloads.trace_units import trace_units
 
 torch = pytest.importorskip("torch")
@@ -142,14 +142,16 @@ def test_flash_kernel_layout_and_mask_type():
     assert map_op("aten::_scaled_dot_product_attention_math", sd, ["fp32"] * 3, leaf=False) is None
 
 
-def test_causal_argument_positions_match_pytorch_schemas():
+def test_argument_positions_match_pytorch_schemas():
+    """Each fused attention op's causal flag and dropout_p sit where this PyTorch's ATen schema puts them."""
     checked = 0
-    for name, pos in ATTENTION_CAUSAL_ARG.items():
+    for name, (causal_at, dropout_at) in ATTENTION_ARGS.items():
         op = getattr(torch.ops.aten, name, None)
         if op is None:
             continue
         args = [a.name for a in op.default._schema.arguments]
-        assert args[pos] in ("is_causal", "custom_mask_type"), (name, args)
+        assert args[causal_at] in ("is_causal", "custom_mask_type"), (name, args)
+        assert args[dropout_at] == "dropout_p", (name, args)
         checked += 1
     assert checked >= 12
 
@@ -177,18 +179,6 @@ def test_dropout_argument_is_recorded_on_the_attention_row():
     assert "dropout" not in map_op("aten::_scaled_dot_product_flash_attention", sd, ["bf16"] * 3,
                                    extra={"values": args}).row
 
-
-def test_dropout_argument_positions_match_pytorch_schemas():
-    assert set(ATTENTION_DROPOUT_ARG) == set(ATTENTION_CAUSAL_ARG)
-    checked = 0
-    for name, pos in ATTENTION_DROPOUT_ARG.items():
-        op = getattr(torch.ops.aten, name, None)
-        if op is None:
-            continue
-        args = [a.name for a in op.default._schema.arguments]
-        assert args[pos] == "dropout_p", (name, args)
-        checked += 1
-    assert checked >= 12
 
 
 def test_prediction_says_which_families_the_model_never_measured(tmp_path, capsys):

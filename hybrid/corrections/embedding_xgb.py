@@ -35,11 +35,11 @@ import pandas as pd
 from hybrid.corrections.base import read_json, write_json
 from hybrid.corrections.features import dense_gradient, kernel_timing, table_pass_us
 from hybrid.corrections.kernel_xgb import (
-    DISPATCH_MIN_ROWS,
     XGBCorrection,
     XGBParams,
     _dispatch_gaps,
     _gpu_rows,
+    tiny_op_dispatch_us,
 )
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
@@ -49,6 +49,7 @@ from hybrid.ops.families import (
     col,
     dtype_bytes_vec,
     expected_unique_rows,
+    generalized_harmonic,
 )
 
 #: Full passes over the tables a dense-gradient backward makes (write zeros into the gradient, read it and
@@ -82,19 +83,6 @@ def _device_values(table: pd.DataFrame, catalog: Catalog) -> tuple[np.ndarray, n
     llc = np.array([max(d.l2_cache, 1.0) for d in devs], dtype=np.float64)[codes]
     lat = np.array([d.kernel_latency_us for d in devs], dtype=np.float64)[codes]
     return bw, llc, lat
-
-
-def generalized_harmonic(n: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """``sum_{i=1..n} i^-alpha`` by Euler-Maclaurin (three terms; exact at n = 1, within 3% of the sum for
-    alpha <= 2.5, closer for large n), vectorised;
-    ``n`` may be fractional (a cache holding part of a row count)."""
-    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
-    a = np.asarray(alpha, dtype=np.float64)
-    one = np.abs(a - 1.0) < 1e-9
-    am = np.where(one, 0.5, a)
-    general = (n ** (1.0 - am) - 1.0) / (1.0 - am) + 0.5 * (1.0 + n ** -am) + am / 12.0 * (1.0 - n ** (-am - 1.0))
-    harmonic = np.log(n) + 0.5 + 0.5 / n + (1.0 - n ** -2.0) / 12.0
-    return np.where(one, harmonic, general)
 
 
 def _zipf_alpha(table: pd.DataFrame) -> np.ndarray:
@@ -305,14 +293,8 @@ class EmbeddingXGB(XGBCorrection):
         if not rows.any():
             return {}
         frame = _dispatch_gaps(table, baseline).assign(grp=_groups(table))[rows]
-        tiny = frame[frame["tiny"]]
-        out: dict[str, float] = {}
-        for g, sub in tiny.groupby("grp"):
-            per = sub.groupby(["d", "f"])["g"]
-            med = per.median()[per.size() >= DISPATCH_MIN_ROWS]
-            if len(med):
-                out[str(g)] = float(max(np.nanmedian(med.to_numpy()), 0.0))
-        return out
+        found = {str(g): tiny_op_dispatch_us(sub) for g, sub in frame.groupby("grp")}
+        return {g: v for g, v in found.items() if v is not None}
 
     def host_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Per row, the host dispatch its prediction includes (:attr:`dispatch_us` of its group on GPU rows timed

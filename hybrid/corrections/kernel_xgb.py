@@ -969,6 +969,15 @@ def _dispatch_gaps(table: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
                          "g": gap, "tiny": roof < DISPATCH_TINY_US})
 
 
+def tiny_op_dispatch_us(frame: pd.DataFrame) -> float | None:
+    """The host dispatch read off :func:`_dispatch_gaps` rows: per (device, framework) group with at least
+    :data:`DISPATCH_MIN_ROWS` almost-pure-overhead rows (``tiny``), the median of their measured minus roofline; the
+    median over those groups (never below 0). None when no group has enough of them."""
+    tiny = frame[frame["tiny"]].groupby(["d", "f"])["g"]
+    per = tiny.median()[tiny.size() >= DISPATCH_MIN_ROWS]
+    return float(max(np.nanmedian(per.to_numpy()), 0.0)) if len(per) else None
+
+
 class DispatchXGB(XGBCorrection):
     """Kernel corrections whose reference (from feature version 4) adds the framework's per-op host dispatch
     overhead to the roofline of GPU rows timed through a framework (:func:`~hybrid.corrections.features.
@@ -1110,10 +1119,10 @@ class DispatchXGB(XGBCorrection):
         if not rows.any():
             return 0.0
         frame = _dispatch_gaps(table, baseline)[rows]
-        tiny = frame[frame["tiny"]].groupby(["d", "f"])["g"]
-        per = tiny.median()[tiny.size() >= DISPATCH_MIN_ROWS]
-        if not len(per):
-            per = frame.groupby(["d", "f"])["g"].quantile(DISPATCH_QUANTILE)
+        tiny = tiny_op_dispatch_us(frame)
+        if tiny is not None:
+            return tiny
+        per = frame.groupby(["d", "f"])["g"].quantile(DISPATCH_QUANTILE)
         return float(max(np.nanmedian(per.to_numpy()), 0.0))
 
     def fit(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,

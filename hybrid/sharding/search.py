@@ -274,12 +274,10 @@ class CostTables:
     post_floor_us: float = 0.0
     rank_floor_us: tuple[float, float] = (0.0, 0.0)
     dp_unscale_us_per_byte: float = 0.0  # a replicated table's share of that unscale, per byte of its weights
-    #: a GPU's sparse Adagrad: time per duplicate of a fused table's hottest row in the coalesce
-    #: (:data:`~hybrid.workloads.dlrm_graph.COALESCE_US_PER_DUPLICATE`; 0: SGD, or a CPU), and per (table, option)
-    #: the piece's hottest-row time (us; 0 for data-parallel options). A fused group pays the largest of its members'
-    #: (a maximum, which the additive coefficients cannot carry): the search keeps each rank's members per fused
-    #: group and adds the sum of those maxima (:meth:`_Search.hot_us`)
-    coalesce_us_per_duplicate: float = 0.0
+    #: a GPU's sparse Adagrad (None: SGD, or a CPU): per (table, option) the piece's hottest-row time in the coalesce
+    #: (us, :data:`~hybrid.workloads.dlrm_graph.COALESCE_US_PER_DUPLICATE`; 0 for data-parallel options). A fused
+    #: group pays the largest of its members' (a maximum, which the additive coefficients cannot carry): the search
+    #: keeps each rank's members per fused group and adds the sum of those maxima (:meth:`_Search.hot_us`)
     hot_us: np.ndarray | None = None
 
     def host_per_node(self, v: np.ndarray) -> np.ndarray:
@@ -447,11 +445,7 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
         u0 = c0 + len(coll_ops) * len(_GRID)
         upd_floor = float(times[u0 + n])
         upd_us = np.where(sharded_bwd, np.maximum(times[u0:u0 + n].reshape(T, n_opt) - upd_floor, 0.0), 0.0)
-        # (not here: a GPU coalesce's hottest-row term, ``COALESCE_US_PER_DUPLICATE``, which the graph charges once
-        # per fused group, for its most skewed member: a maximum, which these per-piece sums cannot carry; summed
-        # per piece it overstated a rank with several skewed tables of one dim up to 3.4x)
-        # (a GPU coalesce's hottest-row term is not in these per-piece sums: the graph charges it once per fused
-        # group, for its most skewed member; :func:`plan_estimate` adds it per plan)
+        # (not here: a GPU coalesce's hottest-row term, a maximum per fused group: ``CostTables.hot_us``)
         bwd_us, post_us = bwd_us + upd_us, post_us + upd_us
     post_floor = float(times[2 * n + 1]) * post_share + upd_floor
     blocks = iter(extra_times)
@@ -573,7 +567,7 @@ def estimate_costs(config: DLRMConfig, model: OpCostModel, target: Target, capac
                       overheads=overheads if overheads is not None else default_overheads, dtype_bytes=float(eb),
                       group_floor_us=(float(f_floor), sparse_floor, dp_floor), post_floor_us=post_floor,
                       rank_floor_us=(float(rank_floor[0]), float(rank_floor[1])), dp_unscale_us_per_byte=dp_unscale,
-                      coalesce_us_per_duplicate=t_dup, hot_us=hot_us)
+                      hot_us=hot_us)
 
 
 # ------------------------------------------------------------------------------------------------ search state
@@ -791,15 +785,19 @@ class _Search:
         self.state.dp -= dp
         self._count(self.state, t, j, ranks, -1.0)
         if self._hot is not None:
-            key = int(self.costs.piece_key[t, j]) if self.costs.piece_key is not None else 0
+            key = self._group_key(t, j)
             for r in ranks:
                 self._hot.get((r, key), {}).pop(t, None)
         self.assign[t] = None
 
+    def _group_key(self, t: int, j: int) -> int:
+        """The fused lookup group table ``t``'s piece joins under option ``j`` (``costs.piece_key``: its dim's)."""
+        return int(self.costs.piece_key[t, j]) if self.costs.piece_key is not None else 0
+
     def _hot_add(self, t: int, j: int, ranks: tuple[int, ...]) -> None:
         if self._hot is None or self.costs.hot_us[t, j] <= 0:
             return
-        key = int(self.costs.piece_key[t, j]) if self.costs.piece_key is not None else 0
+        key = self._group_key(t, j)
         for r in ranks:
             self._hot.setdefault((r, key), {})[t] = float(self.costs.hot_us[t, j])
 
@@ -807,10 +805,8 @@ class _Search:
         """Table-wise ``p`` from rank ``rp`` to ``rq`` and ``q`` from ``rq`` to ``rp`` in the hottest-row members
         only (what a swap candidate's :meth:`hot_us` is read from; the state rows are left alone)."""
         tw = self._tw
-        keys = self.costs.piece_key
         for t, a in ((p, rp), (q, rq)):
-            key = int(keys[t, tw]) if keys is not None else 0
-            self._hot.get((a, key), {}).pop(t, None)
+            self._hot.get((a, self._group_key(t, tw)), {}).pop(t, None)
         for t, z in ((p, rq), (q, rp)):
             self._hot_add(t, tw, (z,))
 
@@ -839,12 +835,11 @@ class _Search:
         (None without ``costs.hot_us``)."""
         if self._hot is None:
             return None
-        keys = self.costs.piece_key
         cur = self.hot_us()
         after = cur.copy()  # t taken out of its ranks
         if self.assign[t] is not None:
             j0, r0 = self.assign[t]
-            k0 = int(keys[t, j0]) if keys is not None else 0
+            k0 = self._group_key(t, j0)
             for r in r0:
                 m = self._hot.get((r, k0), {})
                 if t in m:
@@ -853,7 +848,7 @@ class _Search:
         out = np.repeat((after - cur)[None], len(js), axis=0)
         hot = self.costs.hot_us[t, js]
         for i in np.flatnonzero(hot > 0):  # then added to its new ranks' group of its new key
-            kj = int(keys[t, js[i]]) if keys is not None else 0
+            kj = self._group_key(t, int(js[i]))
             for r in np.flatnonzero(masks[i]):
                 m = self._hot.get((int(r), kj), {})
                 rest = max((x for u, x in m.items() if u != t), default=0.0)

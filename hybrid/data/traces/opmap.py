@@ -1033,38 +1033,26 @@ def map_collective(name: str, dims: list[list[int]], dtype: str, group_size: int
                                                   "dtype": dt if dt in _FLOATS else "fp32"})
 
 
-#: Fused attention ops and the position of their causal argument in the traced inputs (the ATen schemas of
-#: PyTorch 2.x: ``is_causal``, or the memory-efficient kernels' ``custom_mask_type``, where 0 means no mask). The
-#: dispatcher wrapper ``scaled_dot_product_attention`` is a unit only as a leaf: with children it ran either a
-#: fused kernel (mapped itself) or the math fallback (``_scaled_dot_product_attention_math``: matmuls, softmax,
-#: dropout, as separate ops that are costed one by one), so the importer looks inside.
-ATTENTION_CAUSAL_ARG = {
-    "scaled_dot_product_attention": 5,
-    "_scaled_dot_product_flash_attention": 4, "_scaled_dot_product_flash_attention_for_cpu": 4,
-    "_scaled_dot_product_efficient_attention": 6, "_scaled_dot_product_cudnn_attention": 6,
-    "_scaled_dot_product_fused_attention_overrideable": 5,
-    "_scaled_dot_product_flash_attention_backward": 11, "_scaled_dot_product_flash_attention_for_cpu_backward": 7,
-    "_scaled_dot_product_efficient_attention_backward": 11, "_scaled_dot_product_cudnn_attention_backward": 14,
-    "_scaled_dot_product_fused_attention_overrideable_backward": 13,
-    "_flash_attention_forward": 8, "_flash_attention_backward": 11,
-    "_efficient_attention_forward": 9, "_efficient_attention_backward": 14,
-}
-
-
-#: The same ops' ``dropout_p`` argument (the probability of the dropout mask drawn inside the kernel; BERT's and
-#: GPT-2's training SDPA calls use 0.1). Dropout makes the fused kernel much slower (the Philox random numbers and
-#: the mask per score: the H200's traced GPT-2 forward, 8 x 12 x 1024, d 64, causal, cuDNN, runs ~6x its roofline
-#: against ~2x without), so the row records it (``dropout``) where it is above 0.
-ATTENTION_DROPOUT_ARG = {
-    "scaled_dot_product_attention": 4,
-    "_scaled_dot_product_flash_attention": 3, "_scaled_dot_product_flash_attention_for_cpu": 3,
-    "_scaled_dot_product_efficient_attention": 5, "_scaled_dot_product_cudnn_attention": 5,
-    "_scaled_dot_product_fused_attention_overrideable": 4,
-    "_scaled_dot_product_flash_attention_backward": 10, "_scaled_dot_product_flash_attention_for_cpu_backward": 6,
-    "_scaled_dot_product_efficient_attention_backward": 9, "_scaled_dot_product_cudnn_attention_backward": 13,
-    "_scaled_dot_product_fused_attention_overrideable_backward": 12,
-    "_flash_attention_forward": 7, "_flash_attention_backward": 10,
-    "_efficient_attention_forward": 8, "_efficient_attention_backward": 11,
+#: Fused attention ops and the positions of two of their traced inputs (the ATen schemas of PyTorch 2.x): the causal
+#: flag (``is_causal``, or the memory-efficient kernels' ``custom_mask_type``, where 0 means no mask) and
+#: ``dropout_p``, the probability of the dropout mask drawn inside the kernel (BERT's and GPT-2's training SDPA
+#: calls use 0.1: the H200's traced GPT-2 forward, 8 x 12 x 1024, d 64, causal, cuDNN, runs ~6x its roofline
+#: against ~2x without, so the row records it as ``dropout`` where it is above 0). The dispatcher wrapper
+#: ``scaled_dot_product_attention`` is a unit only as a leaf: with children it ran either a fused kernel (mapped
+#: itself) or the math fallback (``_scaled_dot_product_attention_math``: matmuls, softmax, dropout, as separate ops
+#: that are costed one by one), so the importer looks inside.
+ATTENTION_ARGS: dict[str, tuple[int, int]] = {  # op -> (causal position, dropout_p position)
+    "scaled_dot_product_attention": (5, 4),
+    "_scaled_dot_product_flash_attention": (4, 3), "_scaled_dot_product_flash_attention_for_cpu": (4, 3),
+    "_scaled_dot_product_efficient_attention": (6, 5), "_scaled_dot_product_cudnn_attention": (6, 5),
+    "_scaled_dot_product_fused_attention_overrideable": (5, 4),
+    "_scaled_dot_product_flash_attention_backward": (11, 10),
+    "_scaled_dot_product_flash_attention_for_cpu_backward": (7, 6),
+    "_scaled_dot_product_efficient_attention_backward": (11, 9),
+    "_scaled_dot_product_cudnn_attention_backward": (14, 13),
+    "_scaled_dot_product_fused_attention_overrideable_backward": (13, 12),
+    "_flash_attention_forward": (8, 7), "_flash_attention_backward": (11, 10),
+    "_efficient_attention_forward": (9, 8), "_efficient_attention_backward": (14, 11),
 }
 
 
@@ -1080,15 +1068,16 @@ def _map_attention(base: str, tdims: list[list[int]], dtype: str, extra: dict, l
     q, k = tdims[q_i], tdims[q_i + 1]
     if base.startswith(("_flash_attention", "_efficient_attention")):  # [batch, length, heads, dim]
         q, k = [q[0], q[2], q[1], q[3]], [k[0], k[2], k[1], k[3]]
-    flag = _concrete(extra, ATTENTION_CAUSAL_ARG[base])
+    causal_at, dropout_at = ATTENTION_ARGS[base]
+    flag = _concrete(extra, causal_at)
     causal = flag == "True" or (base.startswith("_efficient_attention") and flag not in ("", "0", "None"))
     row = {"op": "attention", "batch": q[0], "heads": q[1], "q_len": q[2], "kv_len": k[2], "head_dim": q[3],
            "kv_heads": k[1], "causal": int(causal), "dtype": dtype, "direction": "bwd" if bwd else "fwd"}
     try:
-        dropout = float(_concrete(extra, ATTENTION_DROPOUT_ARG[base]))
+        dropout = float(_concrete(extra, dropout_at))
     except ValueError:  # not recorded (an empty concrete input, None)
         dropout = 0.0
-    if math.isfinite(dropout) and 0.0 < dropout <= 1.0:
+    if math.isfinite(dropout) and 0.0 < dropout < 1.0:  # (1 drops every score: no kernel to price)
         row["dropout"] = dropout
     if "flash" in base or "efficient" in base:
         # PyTorch's flash backend is FlashAttention-2 and its efficient backend a CUTLASS kernel of the same
@@ -1229,7 +1218,7 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
           or _map_upsample(plain, dims_all, dtype, extra, out_dims) or _map_grid_sample(plain, dims_all, dtype, extra))
     if mp:
         return mp
-    if base in ATTENTION_CAUSAL_ARG:
+    if base in ATTENTION_ARGS:
         return _map_attention(base, tdims, dtype, extra, leaf)
     if plain in ("layer_norm", "native_layer_norm", "rms_norm", "_fused_rms_norm", "native_layer_norm_backward",
                  "_fused_rms_norm_backward") and tdims:
