@@ -86,8 +86,10 @@ def test_packaged_margins_are_calibrated_and_load():
         assert m is not None and abs(m.log_margin) < 0.5
         assert m.n_sources >= 2 and m.n_rows >= 20
         assert 0.0 <= m.op_only_coverage_pct <= 100.0 and 0.0 <= m.loso_coverage_pct <= 100.0
-        # widening adds coverage on held-out groups, narrowing takes some away
-        assert (m.loso_coverage_pct >= m.op_only_coverage_pct) == (m.log_margin >= 0.0)
+        # the held-out groups' mean lies within their range; whether it is above the op-cost intervals' own depends
+        # on each fold's margin (fitted without that group, of either sign: the inference kind's widens
+        # NeuSight's and TensorRT-LLM v0.6.1's but narrows v0.9.0's), checked fold by fold in the next test
+        assert m.loso_min_pct - 1e-6 <= m.loso_coverage_pct <= m.loso_max_pct + 1e-6
 
 
 def test_bad_rows_are_refused():

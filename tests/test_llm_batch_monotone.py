@@ -21,6 +21,7 @@ from hybrid.workloads.llm.inference import (
     cost_ops,
     isotonic_log,
     make_setup,
+    never_superlinear,
     pass_ops,
     predict_many,
     predict_static,
@@ -45,6 +46,56 @@ def test_isotonic_log_is_the_least_squares_monotone_fit_of_the_logs():
     np.testing.assert_allclose(fit[1], seq[1])  # already non-decreasing: unchanged
     pooled = np.exp(np.mean(np.log([10.0, 1.0, 2.0])))  # the violators pooled at their geometric mean
     np.testing.assert_allclose(fit[0], [1.0, pooled, pooled, pooled, 3.0])
+
+
+def test_never_superlinear_caps_a_count_at_its_pieces():
+    """n never costs more than ceil(n / m) ops of a smaller grid count m; a non-decreasing row stays so, a row
+    already sub-additive comes back unchanged, NaN tails are left alone."""
+    grid = np.array([1.0, 2.0, 3.0, 4.0, 8.0])
+    got = never_superlinear(np.array([[1.0, 1.5, 5.0, 5.0, 20.0]]), grid)
+    # 3: min(3 x 1, 2 x 1.5) = 3; 4: min(4 x 1, 2 x 1.5, 2 x 3) = 3; 8: min(8, 4 x 1.5, 3 x 3, 2 x 3) = 6
+    np.testing.assert_allclose(got, [[1.0, 1.5, 3.0, 3.0, 6.0]])
+    flat = np.array([[2.0, 2.0, 2.5, 3.0, 4.0], [1.0, 2.0, 3.0, 4.0, 8.0]])  # sub-additive already
+    np.testing.assert_allclose(never_superlinear(flat, grid), flat)
+    tail = never_superlinear(np.array([[1.0, 3.0, np.nan, np.nan, np.nan]]), grid)
+    np.testing.assert_allclose(tail[0, :2], [1.0, 2.0])
+    assert np.isnan(tail[0, 2:]).all()
+    rng = np.random.default_rng(0)
+    rows = np.cumsum(rng.exponential(1.0, (50, 5)), axis=1)  # non-decreasing, often superlinear
+    out = never_superlinear(rows, grid)
+    assert (out <= rows + 1e-12).all() and (np.diff(out, axis=1) >= -1e-12).all()
+    pieces = np.ceil(grid[:, None] / grid[None, :])
+    for i in range(5):
+        for j in range(i):
+            assert (out[:, i] <= pieces[i, j] * out[:, j] + 1e-9).all()
+    with pytest.raises(ValueError, match="grid of 4"):
+        never_superlinear(rows, grid[:4])
+
+
+def test_decode_attention_per_sequence_never_rises_with_the_batch(h100_predictor):
+    """A learned correction can price decode attention over the KV cache at a falling efficiency past its rows
+    (no profile row is a decode step): the H100 predictor's raw llama3-8b decode attention costs more per sequence
+    at batch 48 than at 4. The static batch caps each batch at its pieces (a batch of 48 can run as 12 of 4), so
+    per sequence it never rises above a batch that divides it."""
+    s = make_setup("llama3-8b", "H100-SXM")
+    b = np.array([4, 8, 16, 24, 32, 48, 64, 96, 128], dtype=np.float64)
+    n = len(b)
+    raw_ops = cost_ops(pass_ops(s, b, b, np.ones(n), np.full(n, 2111.0), np.full(n, "decode", dtype=object),
+                                names=("attention",)), h100_predictor, s.catalog)
+    raw = np.bincount(raw_ops["scenario"], weights=raw_ops["time_us"] * raw_ops["count"], minlength=n) / b
+    assert (np.diff(raw) > 0).any()  # what the cap is for
+    per_seq = []
+    for batch in b.astype(int):
+        ops = predict_static(s, int(batch), 2048, 128, h100_predictor, check_memory=False).ops
+        att = ops[(ops["phase"] == "decode") & (ops["name"] == "attention")]
+        per_seq.append(float((att["time_us"] * att["count"]).sum()) / batch)
+    per_seq = np.array(per_seq)
+    for i in range(n):  # per sequence never above a batch that divides it (a batch of 96 is 2 of 48, 4 of 24)
+        for j in range(i):
+            if b[i] % b[j] == 0:
+                assert per_seq[i] <= per_seq[j] * (1 + 1e-9), (b[i], b[j], per_seq)
+    assert per_seq[-1] < 0.8 * per_seq[0]
+    assert per_seq[5] < raw[5] / 1.05  # batch 48: its pieces' price, not the learned one
 
 
 def test_batch_grid_holds_every_small_batch_and_the_vendor_table_batches():
@@ -112,7 +163,7 @@ def test_serving_step_costs_never_fall_with_tokens_sequences_or_context(h100_pre
             assert np.all(np.diff(grid, axis=axis) >= -1e-9 * np.abs(grid).max()), (grid.shape, axis)
     # without the fit the learned grids do fall somewhere (what the fit is for)
     monkeypatch.setattr(serving, "_never_falling", lambda z, axes=None: z)
-    monkeypatch.setattr(serving, "_batch_envelope", lambda z: z)
+    monkeypatch.setattr(serving, "_batch_envelope", lambda z, grid=None: z)
     raw = serving.StepCosts.build(s, 2048, 256, 4096, h100_predictor)
     assert any((np.diff(g, axis=a) < 0).any() for g in (raw.dense_us, raw.head_us, raw.dec_us, raw.pre_us)
                for a in range(g.ndim))

@@ -769,6 +769,28 @@ def isotonic_log(values: np.ndarray) -> np.ndarray:
     return np.exp(fit)
 
 
+def never_superlinear(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Op times along an ascending grid of batch, token or chunk counts (the last axis of ``values``) capped so
+    that ``n`` never costs more than ``ceil(n / m)`` ops of ``m`` for a smaller grid count ``m``: a batch can
+    always run as pieces of a smaller one, and a fused kernel is not slower than its pieces run one after another
+    (the batch's counterpart of the GEMM sub-problem bound). Binds where a learned correction extrapolates a
+    falling efficiency past its rows (llama2-7b's decode attention over 2,111 tokens of KV cache on an A100,
+    priced at 0.74 of its bandwidth at batch 32 and 0.63 at 52, where no row measures a decode step); the static
+    batch and the serving grids apply it to attention, whose pieces are sequences or prompt chunks on the same
+    grid in both. A non-decreasing input stays non-decreasing.
+    NaN entries (grid points past a chain's end) are neither bounded nor used as bounds."""
+    z = np.array(values, dtype=np.float64)
+    g = np.asarray(grid, dtype=np.float64)
+    if z.shape[-1] != len(g):
+        raise ValueError(f"{z.shape[-1]} values per row for a grid of {len(g)}")
+    for i in range(1, len(g)):
+        pieces = np.ceil(g[i] / g[:i] - 1e-9)  # [i]: pieces of each smaller count that make up g[i]
+        with np.errstate(invalid="ignore"):
+            cap = np.nanmin(np.where(np.isfinite(z[..., :i]), z[..., :i] * pieces, np.inf), axis=-1)
+        z[..., i] = np.where(np.isfinite(z[..., i]) & np.isfinite(cap), np.minimum(z[..., i], cap), z[..., i])
+    return z
+
+
 def op_occurrence_keys(ops: pd.DataFrame) -> np.ndarray:
     """Each op row's identity across scenarios of a costed pass table: its name and its occurrence among the
     scenario's ops of that name (``mlp_up_proj#1``). A model whose layers differ (dense and MoE layers interleaved)
@@ -779,7 +801,7 @@ def op_occurrence_keys(ops: pd.DataFrame) -> np.ndarray:
 
 
 def _apply_envelope(costed: pd.DataFrame, comp: pd.DataFrame, env: _Envelope, columns: list[str],
-                    rows: np.ndarray) -> None:
+                    rows: np.ndarray, pieces: bool = False) -> None:
     """In place: every learned op time of ``costed``'s ``rows`` (scenario ``i``, column in ``columns``) becomes its
     batch envelope. Along its chain (the same op at the grid batches, times in ``comp``, whose ``scenario``
     numbers the companions): the isotonic fit (:func:`isotonic_log`) of the grid batches up to
@@ -803,6 +825,8 @@ def _apply_envelope(costed: pd.DataFrame, comp: pd.DataFrame, env: _Envelope, co
                                                                              1.0)), np.nan)
         # beyond the fitted batches: never below the batch before (positions past a chain's end stay NaN)
         dense[..., n_fit - 1:] = np.fmax.accumulate(dense[..., n_fit - 1:], axis=-1)
+        if pieces:  # and never above its pieces
+            dense = never_superlinear(dense, env.grid[:n_pos])
         a = dense[chain, own_name, env.lo[sc]]
         b = dense[chain, own_name, env.hi[sc]]
         w = env.w[sc]
@@ -878,7 +902,7 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
     for attention, env in plans.items():
         comp = costed_all[(number >= offset[attention]) & (number < offset[attention] + len(env.comp_chain))]
         _apply_envelope(costed, comp.assign(scenario=comp["scenario"].to_numpy() - offset[attention]), env, columns,
-                        (costed["name"] == "attention").to_numpy() == attention)
+                        (costed["name"] == "attention").to_numpy() == attention, pieces=attention)
     sc = costed["scenario"].to_numpy(dtype=np.int64)
     costed["config"] = cfg[sc]
     costed["weight"] = weight[sc]

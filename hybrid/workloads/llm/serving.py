@@ -44,6 +44,7 @@ from hybrid.workloads.llm.inference import (
     batch_grid,
     cost_ops,
     isotonic_log,
+    never_superlinear,
     op_occurrence_keys,
     pass_ops,
 )
@@ -275,7 +276,7 @@ def _never_falling(grid: np.ndarray, axes: tuple[int, ...] | None = None) -> np.
     return z
 
 
-def _batch_envelope(values: np.ndarray) -> np.ndarray:
+def _batch_envelope(values: np.ndarray, grid: np.ndarray | None = None) -> np.ndarray:
     """Op times along a :func:`batch_grid` of token or sequence counts (the last axis of ``values``, one row per
     op; the grid reaching at least :data:`BATCH_GRID_FIT`) made non-decreasing as static batching's envelope makes
     them (:func:`~hybrid.workloads.llm.inference._apply_envelope`): each op's own isotonic fit in log time. A fit of
@@ -283,11 +284,13 @@ def _batch_envelope(values: np.ndarray) -> np.ndarray:
     the same tokens otherwise than the static batch (llama3-8b on one H100, 200 prompts of 8 tokens prefilled in
     one step: 36.3 ms of dense ops against its 32.7). The static batch fits a prefill chain to
     ``BATCH_GRID_FIT`` x the prompt's tokens, so the whole grid is fitted here. A row with a zero or non-finite
-    entry (an op a deployment does not run) is left as it is."""
+    entry (an op a deployment does not run) is left as it is. With ``grid`` (the sequence or chunk counts of the
+    last axis: attention, as there), never above its pieces (:func:`~hybrid.workloads.llm.inference.
+    never_superlinear`)."""
     z = np.array(values, dtype=np.float64)
     ok = (np.isfinite(z) & (z > 0)).all(axis=-1)
     if ok.any():
-        z[ok] = isotonic_log(z[ok])
+        z[ok] = isotonic_log(z[ok]) if grid is None else never_superlinear(isotonic_log(z[ok]), grid)
     return z
 
 
@@ -501,12 +504,12 @@ class StepCosts:
                 mla_pre = _never_falling(_batch_envelope(by_op(ph == "part5", n_att, off)).sum(0))
             head = _never_falling(_batch_envelope(by_op((ph == "part1") & is_head, len(tok), o2)).sum(axis=0))
             # decode attention: the static rule along the sequences at every context, then never falling in it
-            dec = _never_falling(_batch_envelope(total((ph == "part2") & is_att)[o2: o3].reshape(DB.shape).T).T)
+            dec = _never_falling(_batch_envelope(total((ph == "part2") & is_att)[o2: o3].reshape(DB.shape).T, db).T)
             # prefill attention: the static batch's rule along the chunks at every (chunk, earlier tokens), then
             # never falling along the chunk's tokens
-            fresh = _batch_envelope(total((ph == "part3") & is_att)[o3: o4].reshape(WN.shape).T).T[:len(pn)]
+            fresh = _batch_envelope(total((ph == "part3") & is_att)[o3: o4].reshape(WN.shape).T, fit_n).T[:len(pn)]
             after = np.moveaxis(_batch_envelope(np.moveaxis(
-                total((ph == "part4") & is_att)[o4: o4 + PN.size].reshape(PN.shape), 0, -1)), -1, 0)
+                total((ph == "part4") & is_att)[o4: o4 + PN.size].reshape(PN.shape), 0, -1), pn), -1, 0)
             # along the earlier tokens a running maximum from the whole prompt (the static batch's row, which the
             # fit must not move): a learned row of a chunk after earlier tokens (q_len < kv_len) can come out below
             # the fresh chunk's, and the isotonic fit pooled the two (200 fresh 8-token prompts on an H100 priced 8%
