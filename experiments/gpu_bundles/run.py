@@ -62,7 +62,13 @@ def benchmark(name: str) -> ModuleType:
 def dispatch_us(pred: Any) -> str:
     """The fitted host-dispatch constants (us) of a predictor's kernel models."""
     vals = {c.key.replace("kernel-xgb-", ""): getattr(c, "dispatch_us", None) for c in pred.corrections}
-    return ", ".join(f"{k} {v:.1f}" for k, v in vals.items() if v is not None)
+
+    def fmt(v: Any) -> str:  # one constant, or one per direction | variant (the embedding model's)
+        if isinstance(v, dict):
+            return "{" + ", ".join(f"{k} {float(x):.1f}" for k, x in sorted(v.items())) + "}" if v else "{}"
+        return f"{float(v):.1f}"
+
+    return ", ".join(f"{k} {fmt(v)}" for k, v in vals.items() if v is not None)
 
 
 def gm(err: Any) -> float:
