@@ -36,6 +36,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from hybrid.atomic import write_text  # noqa: E402
 from hybrid.engine.overheads import Overheads  # noqa: E402
 from hybrid.workloads.dlrm_graph import HARNESS_CPU_EXTRA_OPS, HARNESS_HOST_OPS  # noqa: E402
 
@@ -100,9 +101,8 @@ def main(argv: list[str] | None = None) -> int:
               f"bundle's, rounded; the others are checks); a CPU records {cpu['sparse_sgd']:g} / "
               f"{cpu['sparse_adagrad']:g} (`HARNESS_CPU_EXTRA_OPS` adds the difference), its kernels' nested ATen "
               "calls included.")
-    text = out.getvalue()
-    print(text)
-    Path(args.out).write_text(text)
+    write_text(Path(args.out), out.getvalue())  # atomic: no half-written report
+    print(f"wrote {args.out}")
     return 0
 
 
