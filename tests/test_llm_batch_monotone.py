@@ -96,6 +96,11 @@ def test_decode_attention_per_sequence_never_rises_with_the_batch(h100_predictor
                 assert per_seq[i] <= per_seq[j] * (1 + 1e-9), (b[i], b[j], per_seq)
     assert per_seq[-1] < 0.8 * per_seq[0]
     assert per_seq[5] < raw[5] / 1.05  # batch 48: its pieces' price, not the learned one
+    # and the result says so, with both times; the roofline (analytical, never capped) says nothing
+    r = predict_static(s, 48, 2048, 128, h100_predictor, check_memory=False)
+    note = [n for n in r.notes if n.startswith("decode attention priced at its pieces")]
+    assert len(note) == 1 and f"{r.breakdown_ms['decode']['attention']:.1f} ms instead of" in note[0], r.notes
+    assert not any("pieces" in n for n in predict_static(s, 48, 2048, 128, check_memory=False).notes)
 
 
 def test_batch_grid_holds_every_small_batch_and_the_vendor_table_batches():

@@ -139,7 +139,7 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
     MODEL_OR_FILE: a library name (`hybrid llm models`), a YAML/JSON config (Megatron keys or a Hugging Face
     config.json) or a Hugging Face checkpoint directory holding config.json."""
     from hybrid.workloads.llm.dims import context_note
-    from hybrid.workloads.llm.inference import TPOT_UNDEFINED_NOTE, boundedness, predict_static
+    from hybrid.workloads.llm.inference import CAP_NOTE, TPOT_UNDEFINED_NOTE, boundedness, predict_static
     from hybrid.workloads.llm.pricing import cost_per_million_tokens, parse_gpu_hour_prices, rank_compared
 
     _positive(batch=batch, input=input_len, output=output_len)
@@ -269,6 +269,8 @@ def infer(model_name: str, device: str | None, system: str | None, tp: int, pp: 
         for note in res.notes:
             if note.startswith("pipeline") or note == TPOT_UNDEFINED_NOTE:  # the schedule the totals use, and the
                 click.echo(note)  # engine's run of it; why TPOT reads n/a
+            elif CAP_NOTE in note:  # a phase's attention priced at its pieces, with the learned time beside it
+                click.echo(f"note: {note}")
         if show_ops:
             b = boundedness(res)
             echo_table([(r["phase"], r["name"], r["op"], int(r["count"]), r["intensity"], r["time_us"], r["roofline_us"],

@@ -688,6 +688,11 @@ BATCH_GRID_FIT = 2048
 #: faster: the envelope pooled the two (llama2-70b on 4 A100s, decode all-reduce at batch 56 / 64: 19.41 / 19.41 us
 #: against their 19.47 / 18.55)
 ANALYTICAL_METHODS = ("roofline", "alpha-beta", "p2p-allreduce")
+#: A static batch's notes say when attention's cap at its pieces (:func:`never_superlinear`) took more than this
+#: share off a phase's learned attention time.
+CAP_NOTE_SHARE = 0.01
+#: What that note says (after the phase's name).
+CAP_NOTE = "attention priced at its pieces"
 
 
 def batch_grid(upto: float) -> np.ndarray:
@@ -801,12 +806,15 @@ def op_occurrence_keys(ops: pd.DataFrame) -> np.ndarray:
 
 
 def _apply_envelope(costed: pd.DataFrame, comp: pd.DataFrame, env: _Envelope, columns: list[str],
-                    rows: np.ndarray, pieces: bool = False) -> None:
+                    rows: np.ndarray, pieces: bool = False) -> np.ndarray:
     """In place: every learned op time of ``costed``'s ``rows`` (scenario ``i``, column in ``columns``) becomes its
     batch envelope. Along its chain (the same op at the grid batches, times in ``comp``, whose ``scenario``
     numbers the companions): the isotonic fit (:func:`isotonic_log`) of the grid batches up to
-    :data:`BATCH_GRID_FIT`, then the running maximum beyond; log-log interpolated between the grid batches around
-    the scenario's batch. Ops answered analytically (:data:`ANALYTICAL_METHODS`) keep their time."""
+    :data:`BATCH_GRID_FIT`, then the running maximum beyond, with ``pieces`` capped at its pieces
+    (:func:`never_superlinear`); log-log interpolated between the grid batches around the scenario's batch. Ops
+    answered analytically (:data:`ANALYTICAL_METHODS`) keep their time. Returns, per row of ``costed``, its
+    ``time_us`` envelope without the cap (NaN where the row keeps its own time)."""
+    uncapped_t = np.full(len(costed), np.nan)
     names, name_codes = np.unique(np.concatenate([op_occurrence_keys(costed), op_occurrence_keys(comp)]),
                                   return_inverse=True)
     own_name, comp_name = name_codes[:len(costed)], name_codes[len(costed):]
@@ -817,6 +825,15 @@ def _apply_envelope(costed: pd.DataFrame, comp: pd.DataFrame, env: _Envelope, co
     c_chain, c_pos = env.comp_chain[comp_sc], env.comp_batch[comp_sc]
     n_pos = int(env.comp_batch.max()) + 1
     n_fit = min(int(np.searchsorted(env.grid, BATCH_GRID_FIT, side="right")), n_pos)
+    w = env.w[sc]
+
+    def at_batch(grid_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows with a learned time at both grid batches around theirs, and the log-log interpolation."""
+        a = grid_t[chain, own_name, env.lo[sc]]
+        b = grid_t[chain, own_name, env.hi[sc]]
+        ok = learned & np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+        return ok, np.exp((1.0 - w) * np.log(np.where(ok, a, 1.0)) + w * np.log(np.where(ok, b, 1.0)))
+
     for column in columns:
         dense = np.full((len(env.start), len(names), n_pos), np.nan)  # [chain, op, grid batch]
         dense[c_chain, comp_name, c_pos] = comp[column].to_numpy(dtype=np.float64)
@@ -825,14 +842,14 @@ def _apply_envelope(costed: pd.DataFrame, comp: pd.DataFrame, env: _Envelope, co
                                                                              1.0)), np.nan)
         # beyond the fitted batches: never below the batch before (positions past a chain's end stay NaN)
         dense[..., n_fit - 1:] = np.fmax.accumulate(dense[..., n_fit - 1:], axis=-1)
+        if column == "time_us":
+            ok, t = at_batch(dense)
+            uncapped_t = np.where(ok, t, np.nan)
         if pieces:  # and never above its pieces
             dense = never_superlinear(dense, env.grid[:n_pos])
-        a = dense[chain, own_name, env.lo[sc]]
-        b = dense[chain, own_name, env.hi[sc]]
-        w = env.w[sc]
-        ok = learned & np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
-        env_t = np.exp((1.0 - w) * np.log(np.where(ok, a, 1.0)) + w * np.log(np.where(ok, b, 1.0)))
+        ok, env_t = at_batch(dense)
         costed[column] = np.where(ok, env_t, costed[column].to_numpy(dtype=np.float64))
+    return uncapped_t
 
 
 @dataclass
@@ -899,10 +916,14 @@ def _static_batch(setups: list[InferenceSetup], batch: np.ndarray, input_len: np
     number = costed_all["scenario"].to_numpy()
     costed = costed_all[number < n_sc].reset_index(drop=True)
     columns = [c for c in ("time_us", "time_us_low", "time_us_high") if c in costed.columns]
+    uncapped = costed["time_us"].to_numpy(dtype=np.float64).copy()
     for attention, env in plans.items():
         comp = costed_all[(number >= offset[attention]) & (number < offset[attention] + len(env.comp_chain))]
-        _apply_envelope(costed, comp.assign(scenario=comp["scenario"].to_numpy() - offset[attention]), env, columns,
-                        (costed["name"] == "attention").to_numpy() == attention, pieces=attention)
+        u = _apply_envelope(costed, comp.assign(scenario=comp["scenario"].to_numpy() - offset[attention]), env,
+                            columns, (costed["name"] == "attention").to_numpy() == attention, pieces=attention)
+        uncapped = np.where(np.isfinite(u), u, uncapped)
+    # the batch envelope's time before attention's cap at its pieces (never_superlinear): the notes say what it took
+    costed["uncapped_us"] = np.where(np.isfinite(uncapped), uncapped, costed["time_us"].to_numpy(dtype=np.float64))
     sc = costed["scenario"].to_numpy(dtype=np.int64)
     costed["config"] = cfg[sc]
     costed["weight"] = weight[sc]
@@ -1060,6 +1081,17 @@ def predict_static(s: InferenceSetup, batch: int, input_len: int, output_len: in
              *s.deployment_notes()]
     notes += [n for n in [context_note(s.model, input_len + output_len), s.device.slow_dtype_note(s.precision.compute)]
               if n]
+    att = costed[costed["name"] == "attention"]
+    mass = (att["count"] * att["weight"]).to_numpy(dtype=np.float64)
+    for phase in ("prefill", "decode"):
+        on = (att["phase"] == phase).to_numpy()
+        learned_us = float(np.sum((mass * att["uncapped_us"].to_numpy(dtype=np.float64))[on]))
+        capped_us = float(np.sum((mass * att["time_us"].to_numpy(dtype=np.float64))[on]))
+        if learned_us > 0 and capped_us < (1.0 - CAP_NOTE_SHARE) * learned_us:
+            notes.append(f"{phase} {CAP_NOTE}: {capped_us / 1e3:.1f} ms instead of the learned "
+                         f"{learned_us / 1e3:.1f} ms, which put batch {batch} above the kernels of a smaller batch "
+                         "that make it up (its bandwidth share fell past the rows it was fitted on; "
+                         "never_superlinear, docs/llm_inference.md)")
     if not steps:
         notes.append(TPOT_UNDEFINED_NOTE)
     if s.pp > 1:
