@@ -349,8 +349,8 @@ def test_embedding_kernel_time_takes_off_the_eager_dispatch(tmp_path):
     emb = table[table["op"] == "embedding_bag"]
     model = HybridPredictor(catalog=cat, corrections=[EmbeddingXGB()]).fit(emb)
     corr = next(c for c in model.corrections if isinstance(c, EmbeddingXGB))
-    assert 15 < corr.dispatch_us["fwd|sum"] < 45  # an eager lookup's host time on the H200's host
-    assert corr.dispatch_us["bwd|sparse_sgd"] > corr.dispatch_us["fwd|sum"]  # the autograd call and the update
+    assert 15 < corr.group_dispatch_us["fwd|sum"] < 45  # an eager lookup's host time on the H200's host
+    assert corr.group_dispatch_us["bwd|sparse_sgd"] > corr.group_dispatch_us["fwd|sum"]  # the autograd call and the update
     rows = step_kernel_rows([Path(__file__).resolve().parents[1] / "datasets" / "traces-h200"], cat)
     rows = rows[rows["op"] == "embedding_bag"]
     traced = rows["time_us"].to_numpy()
@@ -362,4 +362,4 @@ def test_embedding_kernel_time_takes_off_the_eager_dispatch(tmp_path):
     # kernel-timed rows (CUPTI) report no dispatch
     assert (model.predict(rows, host=True)["host_us"] == 0).all()
     corr.save(tmp_path / "emb")
-    assert EmbeddingXGB.load(tmp_path / "emb").dispatch_us == corr.dispatch_us
+    assert EmbeddingXGB.load(tmp_path / "emb").group_dispatch_us == corr.group_dispatch_us

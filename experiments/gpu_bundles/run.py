@@ -61,14 +61,14 @@ def benchmark(name: str) -> ModuleType:
 
 def dispatch_us(pred: Any) -> str:
     """The fitted host-dispatch constants (us) of a predictor's kernel models."""
-    vals = {c.key.replace("kernel-xgb-", ""): getattr(c, "dispatch_us", None) for c in pred.corrections}
-
-    def fmt(v: Any) -> str:  # one constant, or one per direction | variant (the embedding model's)
-        if isinstance(v, dict):
-            return "{" + ", ".join(f"{k} {float(x):.1f}" for k, x in sorted(v.items())) + "}" if v else "{}"
-        return f"{float(v):.1f}"
-
-    return ", ".join(f"{k} {fmt(v)}" for k, v in vals.items() if v is not None)
+    out = []
+    for c in pred.corrections:
+        name = c.key.replace("kernel-xgb-", "")
+        if getattr(c, "dispatch_us", None) is not None:  # one per kernel model
+            out.append(f"{name} {float(c.dispatch_us):.1f}")
+        if getattr(c, "group_dispatch_us", None) is not None:  # the embedding model's, per direction | variant
+            out.append(f"{name} {{" + ", ".join(f"{k} {v:.1f}" for k, v in sorted(c.group_dispatch_us.items())) + "}")
+    return ", ".join(out)
 
 
 def gm(err: Any) -> float:

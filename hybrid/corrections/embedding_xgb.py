@@ -179,8 +179,9 @@ class EmbeddingXGB(XGBCorrection):
         self.selection: dict[str, dict[str, float]] = {}
         #: "direction|variant" -> host dispatch (us) inside the framework-timed GPU rows of the fit (an eager
         #: lookup's Python / dispatcher / launch; a backward row's autograd call and its update's): what
-        #: :meth:`host_us` reports so that the engine, which puts host work on the host stream, takes it off
-        self.dispatch_us: dict[str, float] = {}
+        #: :meth:`host_us` reports so that the engine, which puts host work on the host stream, takes it off. (Not
+        #: ``dispatch_us``: the kernel corrections' one float per model goes by that name.)
+        self.group_dispatch_us: dict[str, float] = {}
 
     def roofline_reference_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         """Roofline time, plus :data:`DENSE_GRAD_TABLE_PASSES` table passes for dense-gradient backward rows
@@ -272,10 +273,10 @@ class EmbeddingXGB(XGBCorrection):
         :data:`SELECT_FOLDS`-fold cross-validated error (inside ``table``) is lower with the roofline reference
         keep the roofline reference (``self.selection`` records both errors per group)."""
         select = self.select if select is None else select
-        self.coefficients, self.selection, self.dispatch_us = {}, {}, {}
+        self.coefficients, self.selection, self.group_dispatch_us = {}, {}, {}
         sub, base = self._select(table, baseline)
         if len(sub):
-            self.dispatch_us = self.fit_dispatch(sub, base, catalog)
+            self.group_dispatch_us = self.fit_dispatch(sub, base, catalog)
         if self.reference == "linear":
             if len(sub):
                 self.coefficients = self.fit_reference(sub, catalog)
@@ -297,15 +298,15 @@ class EmbeddingXGB(XGBCorrection):
         return {g: v for g, v in found.items() if v is not None}
 
     def host_us(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-        """Per row, the host dispatch its prediction includes (:attr:`dispatch_us` of its group on GPU rows timed
+        """Per row, the host dispatch its prediction includes (:attr:`group_dispatch_us` of its group on GPU rows timed
         through a framework, or made by a workload builder; 0 elsewhere): what the engine takes off to get the
         kernel time (:class:`hybrid.engine.costs.KernelTimeModel`)."""
         out = np.zeros(len(table))
-        if not self.dispatch_us or not len(table):
+        if not self.group_dispatch_us or not len(table):
             return out
         rows = _gpu_rows(table, catalog) & (kernel_timing(table) == 0)
         if rows.any():
-            out[rows] = pd.Series(_groups(table)[rows]).map(self.dispatch_us).fillna(0.0).to_numpy(np.float64)
+            out[rows] = pd.Series(_groups(table)[rows]).map(self.group_dispatch_us).fillna(0.0).to_numpy(np.float64)
         return out
 
     def _select_groups(self, sub: pd.DataFrame, base: pd.DataFrame, catalog: Catalog) -> None:
@@ -338,14 +339,14 @@ class EmbeddingXGB(XGBCorrection):
                           target_offset: float = 0.0) -> EmbeddingXGB:
         new = super().continue_boosting(table, baseline, catalog, rounds, weight, learning_rate, target_offset)
         new.reference, new.coefficients = self.reference, dict(self.coefficients)  # type: ignore[attr-defined]
-        new.dispatch_us = dict(self.dispatch_us)  # type: ignore[attr-defined]
+        new.group_dispatch_us = dict(self.group_dispatch_us)  # type: ignore[attr-defined]
         return new  # type: ignore[return-value]
 
     def save(self, directory: Path) -> None:
         super().save(directory)
         write_json(Path(directory) / "reference.json", {
             "reference": self.reference, "cost_terms": list(COST_TERMS), "coefficients": self.coefficients,
-            "selection": self.selection, "dispatch_us": self.dispatch_us,
+            "selection": self.selection, "dispatch_us": self.group_dispatch_us,
             "units": "byte terms: us at device memory bandwidth; count terms: us of one 64-byte line at it; "
                      "launches: device kernel latency; dispatch_us: host us inside framework-timed GPU rows"})
 
@@ -361,10 +362,11 @@ class EmbeddingXGB(XGBCorrection):
             obj.coefficients = {str(k): [float(x) for x in v] for k, v in meta.get("coefficients", {}).items()}  # type: ignore[attr-defined]
             obj.selection = dict(meta.get("selection", {}))  # type: ignore[attr-defined]
             # (saved before the dispatch was fitted: none, the whole time stays kernel time as it was priced then)
-            obj.dispatch_us = {str(k): float(v) for k, v in meta.get("dispatch_us", {}).items()}  # type: ignore[attr-defined]
+            obj.group_dispatch_us = {str(k): float(v)  # type: ignore[attr-defined]
+                                     for k, v in meta.get("dispatch_us", {}).items()}
         else:  # saved before the fitted reference existed
             obj.reference, obj.coefficients = "roofline", {}  # type: ignore[attr-defined]
-            obj.dispatch_us = {}  # type: ignore[attr-defined]
+            obj.group_dispatch_us = {}  # type: ignore[attr-defined]
         return obj  # type: ignore[return-value]
 
     def describe(self) -> dict[str, Any]:
