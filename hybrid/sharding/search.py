@@ -591,6 +591,15 @@ class _State:
     n: np.ndarray = field(default_factory=lambda: np.zeros(4))
 
 
+def _add_hot(v: np.ndarray, hot: np.ndarray) -> np.ndarray:
+    """In place and returned: state rows ``v`` ([..., 10, R]) with a GPU coalesce's hottest-row time ``hot``
+    ([..., R]) added where the graph puts it, the backward + update (row 0) and the share a GradScaler's sync leaves
+    after it (row 9)."""
+    v[..., 0, :] += hot
+    v[..., 9, :] += hot
+    return v
+
+
 def _delta(coef: np.ndarray, H: np.ndarray) -> np.ndarray:
     """[n, 10, R] state change of adding n pieces with coefficient rows ``coef`` [n, 14] on holders ``H`` [n, R]."""
     H = H.astype(np.float64)
@@ -824,11 +833,7 @@ class _Search:
         GradScaler's sync leaves after it (row 9)."""
         if self._hot is None:
             return v
-        hot = self.hot_us()
-        v = v.copy()
-        v[0] += hot
-        v[9] += hot
-        return v
+        return _add_hot(v.copy(), self.hot_us())
 
     def _hot_deltas(self, t: int, js: np.ndarray, masks: np.ndarray) -> np.ndarray | None:
         """[n, R] change of each rank's :meth:`hot_us` if table ``t`` moved to option ``js[i]`` on ranks ``masks[i]``
@@ -1041,8 +1046,7 @@ class _Search:
             v = self._with_hot(self.state.v)[None] + _delta(coef, masks)
             hd = self._hot_deltas(t, js, masks)
             if hd is not None:  # the fused groups' hottest rows once t joins one (a maximum per group)
-                v[:, 0] += hd
-                v[:, 9] += hd
+                _add_hot(v, hd)
             dp = self.state.dp + coef[:, _DP]
             terms = self._launch_terms(t, js, masks)
             if terms is not None:  # (the launches the tables still to place add, at least)
@@ -1151,8 +1155,7 @@ class _Search:
                 cand = (hv - d0)[None] + _delta(coef, masks)
                 hd = self._hot_deltas(t, js, masks)
                 if hd is not None:  # the fused groups' hottest rows, as the move leaves them
-                    cand[:, 0] += hd
-                    cand[:, 9] += hd
+                    _add_hot(cand, hd)
                 V.append(cand)
                 RW.append(self.state.rw - rw0 + coef[:, _RW])
                 DP.append(self.state.dp - dp0 + coef[:, _DP])
@@ -1182,8 +1185,7 @@ class _Search:
                         self._hot_swap(int(p_), int(q_), b, int(r_))
                         d = self.hot_us() - before
                         self._hot_swap(int(p_), int(q_), int(r_), b)
-                        nv[i, 0] += d
-                        nv[i, 9] += d
+                        _add_hot(nv[i], d)
                 if self._lm is not None and V:  # the moves' launch terms, all at once
                     TERMS.append(self._moves_terms(A, Bv, M, OLD))
                 V.append(nv)
@@ -1499,7 +1501,6 @@ def plan_gpu_estimate(config: DLRMConfig, costs: CostTables, plan: ShardingPlan)
     (:func:`hybrid.workloads.dlrm_graph.place_pieces`: a rank's largest tables in host memory once they pass
     :func:`~hybrid.workloads.dlrm_graph.embedding_hbm_budget`), whichever placement ``costs`` planned with."""
     return _loaded(config, costs, plan).gpu_objective()
-
 
 
 def _loaded(config: DLRMConfig, costs: CostTables, plan: ShardingPlan) -> _Search:
