@@ -129,6 +129,30 @@ def test_sigterm_mid_calibration_ends_the_run_killed(entry, tmp_path, shared_dat
     assert _statuses(MlflowClient(f"sqlite:///{Path(db)}")) == {"calibrate-term": "KILLED"}
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_sigterm_whose_interrupt_a_finaliser_swallows_is_not_lost():
+    """A signal handler's exception raised inside a finaliser is printed and dropped ("Exception ignored in ..."):
+    SQLAlchemy's weakref callback swallowed the SIGTERM of a calibration, which then finished and registered its
+    model. The handler records the signal; the calibration's checkpoints and the block's end raise it."""
+    if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        pytest.skip("SIGTERM already handled in this process")
+
+    class Finalised:
+        def __del__(self) -> None:  # the signal arrives while a finaliser runs: its handler runs in this frame
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+
+    with calibrate_module._sigterm_interrupts() as interrupted:
+        Finalised()  # collected at once: its interrupt is raised in __del__, and swallowed there
+        with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+            interrupted()
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):  # unchecked: leaving the block raises it
+        with calibrate_module._sigterm_interrupts():
+            Finalised()
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    with calibrate_module._sigterm_interrupts() as interrupted:  # no signal: nothing raised
+        interrupted()
+
+
 def test_a_store_killed_while_its_schema_is_created_is_absent_not_broken(tmp_path, shared_datasets):
     """The first command of a new local store creates MLflow's schema (dozens of migrations, a second or two). Killed
     in the middle (Ctrl-C, SIGKILL, a full disk), it left a half-migrated mlflow.db on which every later command,

@@ -256,7 +256,7 @@ def calibrate(
     dropped: list[str] = []  # what was left out of the fit and every score, for the run's summary and report
     table, left_out = _drop_implausible(table, cat, dropped)
 
-    with _sigterm_interrupts():  # a SIGTERM ends the run as KILLED, not RUNNING forever
+    with _sigterm_interrupts() as interrupted:  # a SIGTERM ends the run as KILLED, not RUNNING forever
         store = open_store(tracking_uri)
         client = store.client()
         with store_lock(store):
@@ -281,18 +281,21 @@ def calibrate(
             else:
                 predictor, frames = _fit_run(HybridPredictor, table, cat, config, progress)
                 base_info = None
+            interrupted()  # a SIGTERM whose interrupt a finaliser swallowed during the fits
             predictions = pd.concat(frames, ignore_index=True)
             summaries = split_summaries(predictions)
             publishing = tqdm(total=1, desc="record the run and register the model", unit="step",
                               disable=not progress, leave=False, bar_format="{desc} ...")
 
             def stage(what: str) -> None:  # each slow step of the publishing (a remote store: seconds each)
+                interrupted()
                 publishing.set_description_str(f"record the run and register the model: {what}")
 
             with publishing, store_lock(store), quiet_mlflow():
                 version, summary, report_html = _publish(client, store, run, table, data, config, predictor, predictions,
                                             summaries, base_info, time.time() - t0, stage, registered,
                                             left_out=dropped, created=created)
+                interrupted()
                 retry(lambda: client.set_terminated(run_id, "FINISHED"))
         except BaseException as exc:
             _end_failed_run(client, store, run_id, exc, (config.name, registered[0]) if registered else None,
@@ -364,22 +367,37 @@ def _end_failed_run(client: Any, store: Store, run_id: str, exc: BaseException,
 
 
 @contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
+def _sigterm_interrupts() -> Iterator[Callable[[], None]]:
     """While a calibration runs in the main thread of a process that left SIGTERM at its default (the process
     would die on the spot, its run left ``RUNNING``), SIGTERM raises :class:`KeyboardInterrupt` so the run is
-    marked ``KILLED``; a handler already installed (the CLI's) is left alone."""
+    marked ``KILLED``; a handler already installed (the CLI's) is left alone.
+
+    An exception raised by a signal handler is lost when the signal lands inside a finaliser or a weakref callback
+    (Python prints "Exception ignored in ..." and goes on: SQLAlchemy's ``_collection_gced`` swallowed it, the
+    calibration finished and registered its model after the kill). So the handler also records the signal, and the
+    yielded ``check()`` raises the same interrupt at the calibration's checkpoints if it was recorded; leaving the
+    block with a recorded signal and no exception raises it too."""
+    got: list[int] = []
+
+    def check() -> None:  # raises a recorded signal once
+        if got:
+            got.clear()
+            raise KeyboardInterrupt("SIGTERM")
+
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        yield
+        yield check
         return
 
     def interrupt(signum: int, frame: Any) -> None:
+        got.append(signum)  # for check(), where a finaliser swallowed this raise
         raise KeyboardInterrupt("SIGTERM")
 
     signal.signal(signal.SIGTERM, interrupt)
     try:
-        yield
+        yield check
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    check()  # (reached only without an exception in flight)
 
 
 def _drop_implausible(table: pd.DataFrame, cat: Catalog,
