@@ -88,3 +88,26 @@ def test_hierarchical_all_to_all_without_the_hybrid_embedding():
     plan8 = ShardingPlan({t.name: Shard("table_wise", (i % 8,)) for i, t in enumerate(one_node.tables)})
     ops8 = build_dlrm_graph(one_node, plan8, hierarchical_all_to_all=True).graph.compile().ops
     assert set(ops8.loc[ops8["op"] == "all_to_all", "n_ranks"]) == {8}  # one node: nothing to split
+
+
+def test_a_ranks_infrequent_lookups_of_every_table_are_one_kernel():
+    """HugeCTR looks up a rank's infrequent categories of all tables in one pass over one flat index list: one
+    forward (and one backward) lookup kernel per rank, whose rows count every table's infrequent bags."""
+    from hybrid.workloads.dlrm_graph import hybrid_embedding_pieces, lookup_groups
+
+    cfg = dlrm_variant("mlperf", system="DGX-A100", gpus=64, batch_size_per_gpu=1120, dtype="fp16",
+                       embedding_dtype="fp16")
+    he = HybridEmbedding(0.6)
+    nf, share = he.split(np.array([t.num_embeddings for t in cfg.tables]),
+                         np.array([t.pooling_factor for t in cfg.tables]), 71680, 64, 8)
+    pieces = hybrid_embedding_pieces(cfg, nf, share)
+    mine = [p for p in pieces if p.rank == 3 and p.type == "hybrid"]
+    assert len({p.batch for p in mine}) > 3  # the tables' infrequent shares differ: so do their bag counts
+    groups = [grp for grp in lookup_groups(pieces, 3) if grp["sharded"]]
+    assert len(groups) == 1 and groups[0]["num_tables"] == len(mine)
+    total = sum(p.batch for p in mine)
+    assert groups[0]["num_tables"] * groups[0]["batch_size"] == pytest.approx(total, rel=0.05)
+    plan = ShardingPlan({t.name: Shard("data_parallel") for t in cfg.tables})
+    names = build_dlrm_graph(cfg, plan, hybrid_embedding=he).graph.compile().names
+    fwd = [n for n in names if n.startswith("embedding fwd (")]
+    assert len(fwd) == 64  # one infrequent lookup kernel per rank

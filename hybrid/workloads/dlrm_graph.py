@@ -484,14 +484,21 @@ def _round(x: float) -> float:
 
 
 def lookup_groups(pieces: list[ShardPiece], rank: int) -> list[dict[str, Any]]:
-    """The fused lookup kernels of one rank: pieces grouped by (batch, dim), aggregated into one op row."""
+    """The fused lookup kernels of one rank: pieces grouped by (batch, dim), aggregated into one op row.
+
+    A hybrid embedding's infrequent pieces (``hybrid``) form one kernel per dim whatever their bag counts: HugeCTR
+    looks up all of a rank's infrequent categories, every table's, in one pass over one flat index list
+    (``InfrequentEmbedding::forward_model``, one kernel; the same for the update); the row's ``batch_size`` is
+    then the members' mean bag count, so that tables x batch is the rank's total of infrequent lookups."""
     groups: dict[tuple[int, int, bool, bool], list[ShardPiece]] = defaultdict(list)
     for p in pieces:
         if p.rank == rank:  # replicated and sharded pieces never fuse (their batches may coincide)
-            groups[(p.batch, p.dim, p.host, p.type == "data_parallel")].append(p)
+            groups[(-1 if p.type == "hybrid" else p.batch, p.dim, p.host, p.type == "data_parallel")].append(p)
     out = []
     for (batch, dim, host, _), members in sorted(groups.items(), key=lambda kv: (-kv[0][0], *kv[0][1:])):
         T = len(members)
+        if batch < 0:  # a hybrid embedding's infrequent pieces, one flat list of lookups (their mean bag count)
+            batch = max(int(round(sum(m.batch for m in members) / T)), 1)
         pooling = sum(m.pooling for m in members) / T
         rows = sum(m.rows for m in members) / T
         lookups = np.array([m.pooling for m in members])
