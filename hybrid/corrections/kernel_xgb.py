@@ -1344,6 +1344,29 @@ class GemmXGB(DispatchXGB):
         return grown  # type: ignore[return-value]
 
     def predict(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
+        out = self._predict_bounded(table, baseline, catalog)
+        return self._misaligned_floor(table, baseline, catalog, out)
+
+    def _misaligned_floor(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
+                          out: np.ndarray) -> np.ndarray:
+        """``out`` raised, on 16-bit GEMMs a TMA GPU cannot feed its tensor cores (``n`` or ``k`` not a multiple
+        of 8), to the fallback kernels' least time plus the row's own dispatch
+        (:func:`hybrid.ops.gemm_paths.misaligned_kernel_us`): no profile or public table times such a GEMM at
+        size, so the trees price it like an aligned one (GPT-2's LM head on an H100: 3-4x too fast)."""
+        from hybrid.ops.gemm_paths import misaligned_kernel_us
+
+        mask, sub, base = self._family_rows(table, baseline)
+        if not mask.any():
+            return out
+        floor = misaligned_kernel_us(sub, catalog)
+        hit = np.isfinite(floor)
+        if hit.any():
+            rows = np.nonzero(mask)[0][hit]
+            floor = floor[hit] + self.host_us(sub.iloc[np.nonzero(hit)[0]], base.iloc[np.nonzero(hit)[0]], catalog)
+            out[rows] = np.maximum(out[rows], floor)
+        return out
+
+    def _predict_bounded(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog) -> np.ndarray:
         out = super().predict(table, baseline, catalog)
         if not self.extents:
             return out

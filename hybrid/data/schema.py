@@ -51,6 +51,8 @@ COLUMNS: tuple[Column, ...] = (
     _C("m", "int", "GEMM rows of A / C", positive=True),
     _C("n", "int", "GEMM columns of B / C", positive=True),
     _C("k", "int", "GEMM reduction dimension", positive=True),
+    _C("align", "int", "GEMM: largest power of two (elements, up to 8) dividing every operand's row stride, where "
+       "known (a traced GEMM's strides); absent: taken from n and k", positive=True),
     # elementwise
     _C("elements", "int", "elementwise: number of output elements", positive=True),
     _C("n_inputs", "float", "elementwise: input tensors read (passes over `elements`; a broadcast operand counts "

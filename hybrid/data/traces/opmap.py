@@ -192,13 +192,36 @@ def _gemm(m: int, n: int, k: int, b: int, dtype: str, variant: str) -> OpMapping
     return OpMapping("op", "gemm", row)
 
 
-def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[Any]) -> OpMapping | None:
+def _aligned(mp: OpMapping | None, strides: Any, operands: tuple[int, int], n: int) -> OpMapping | None:
+    """``mp`` with the GEMM's ``align`` (elements): the largest of 8, 4, 2, 1 dividing the two operands' row strides
+    (each operand's stride other than its unit one; ``strides`` as the trace recorded them, ``operands`` their
+    indices) and the output's (``n``, a new contiguous tensor). A transposed operand's row stride is its other
+    dimension: a weight gradient ``dY^T X`` of a 50,257-row output layer reads rows 50,257 elements apart though its
+    ``n`` and ``k`` are even. ``mp`` unchanged where the strides are not recorded."""
+    if mp is None or not isinstance(strides, list) or max(operands) >= len(strides):
+        return mp
+    rows = [n]
+    for i in operands:
+        s = strides[i]
+        if not isinstance(s, list) or len(s) < 2 or not all(isinstance(v, int) for v in s[-2:]):
+            return mp
+        inner = [v for v in s[-2:] if v != 1]
+        rows += inner or [1]
+    align = 8
+    while align > 1 and any(r % align for r in rows):
+        align //= 2
+    return OpMapping(mp.kind, mp.label, {**mp.row, "align": align})
+
+
+def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[Any],
+              extra: dict[str, Any] | None = None) -> OpMapping | None:
+    strides = (extra or {}).get("strides")
     if base == "mm" and len(dims) >= 2 and len(dims[0]) == 2 and len(dims[1]) == 2:
         (m, k), (_, n) = dims[0], dims[1]
-        return _gemm(m, n, k, 1, dtype, "mm")
+        return _aligned(_gemm(m, n, k, 1, dtype, "mm"), strides, (0, 1), n)
     if base == "addmm" and len(dims) >= 3 and len(dims[1]) == 2 and len(dims[2]) == 2:
         (m, k), (_, n) = dims[1], dims[2]
-        return _gemm(m, n, k, 1, dtype, "addmm")
+        return _aligned(_gemm(m, n, k, 1, dtype, "addmm"), strides, (1, 2), n)
     if base in ("mv", "addmv"):
         # matrix x vector (an RNN cell's or a classifier's single-sample product): the profile's ``gemv`` rows
         # (n = 1); addmv(bias [m], A [m, k], x [k])
@@ -214,10 +237,10 @@ def _map_gemm(base: str, dims: list[list[int]], dtype: str, out_dims: Sequence[A
                                         "variant": base})
     if base == "bmm" and len(dims) >= 2 and len(dims[0]) == 3 and len(dims[1]) == 3:
         (b, m, k), (_, _, n) = dims[0], dims[1]
-        return _gemm(m, n, k, b, dtype, "bmm")
+        return _aligned(_gemm(m, n, k, b, dtype, "bmm"), strides, (0, 1), n)
     if base == "baddbmm" and len(dims) >= 3 and len(dims[1]) == 3 and len(dims[2]) == 3:
         (b, m, k), (_, _, n) = dims[1], dims[2]
-        return _gemm(m, n, k, b, dtype, "baddbmm")
+        return _aligned(_gemm(m, n, k, b, dtype, "baddbmm"), strides, (1, 2), n)
     if base in ("linear", "_addmm_activation") and len(dims) >= 2 and len(dims[1]) == 2 and dims[0]:
         x, w = dims[0], dims[1]
         if base == "_addmm_activation":
@@ -1213,7 +1236,7 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         return OpMapping("view", "view") if leaf else None
     if plain in RECURRENT:
         return _map_recurrent(plain, dims, dtype, extra)
-    mp = (_map_gemm(plain, tdims, dtype, out_dims) or _map_conv(plain, dims_all, dtype, extra, out_dims)
+    mp = (_map_gemm(plain, tdims, dtype, out_dims, extra) or _map_conv(plain, dims_all, dtype, extra, out_dims)
           or _map_batch_norm(plain, dims_all, dtype, extra) or _map_pool(plain, dims_all, dtype, extra, out_dims, leaf)
           or _map_upsample(plain, dims_all, dtype, extra, out_dims) or _map_grid_sample(plain, dims_all, dtype, extra))
     if mp:

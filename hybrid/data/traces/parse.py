@@ -256,6 +256,20 @@ def _check_overrun(ops: pd.DataFrame, parent: np.ndarray, path: str) -> None:
             "truncated enclosing op, or a child longer than it: the ops after it would be taken as its children)")
 
 
+#: Ops whose operands' strides the trace keeps (``Input Strides``): a GEMM's row strides decide which kernels can run
+#: it (:mod:`hybrid.ops.gemm_paths`); every other op's would only multiply the distinct ops to map.
+STRIDED_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+
+
+def _extra_args(name: str, args: dict) -> dict:
+    """The recorded arguments an op's mapping reads besides its shapes: ``Concrete Inputs`` (scalars), and for
+    :data:`STRIDED_OPS` their ``Input Strides``."""
+    out = {"concrete": args["Concrete Inputs"]} if "Concrete Inputs" in args else {}
+    if name in STRIDED_OPS and isinstance(args.get("Input Strides"), list):
+        out["strides"] = args["Input Strides"]
+    return out
+
+
 def _seq(v: Any) -> int:
     """An op's autograd sequence number (-1 where the trace gives none, or something else)."""
     return v if isinstance(v, int) and not isinstance(v, bool) else -1
@@ -329,7 +343,7 @@ def _parse_kineto(doc: dict, path: str, step: int | None) -> RankTrace:
                           "out_dims": [], "rf_id": args.get("Record function id", -1),
                           # a runtime call shares its op's External id: only the op owns the kernels
                           "ext_id": -1 if cat.startswith("cuda_") else args.get("External id", -1), "pg": "",
-                          "extra": {"concrete": args["Concrete Inputs"]} if "Concrete Inputs" in args else {},
+                          "extra": _extra_args(name, args),
                           # autograd's sequence number: a backward node carries its forward op's
                           "seq": _seq(args.get("Sequence number"))})
     if not host_rows and not kern_rows:
@@ -445,7 +459,9 @@ def _parse_et(doc: dict, path: str) -> RankTrace:
                          "out_dims": list(outputs.get("shapes", [])), "rf_id": attrs.get("rf_id", -1), "ext_id": -1,
                          "pg": str(attrs.get("pg_name", "") or ""),
                          "extra": ({"values": inputs.get("values", [])} if "values" in inputs else {})
-                         | ({"out_values": outputs.get("values", [])} if "values" in outputs else {}),
+                         | ({"out_values": outputs.get("values", [])} if "values" in outputs else {})
+                         | ({"strides": inputs["strides"]} if str(nd["name"]) in STRIDED_OPS
+                            and isinstance(inputs.get("strides"), list) else {}),
                          "dur": float(attrs["dur"]) if "dur" in attrs else np.nan,
                          "seq": _seq(attrs.get("seq_id"))})
         except (TypeError, ValueError, AttributeError) as exc:  # a field of the wrong kind: no bare int() error
