@@ -130,3 +130,14 @@ def test_an_imported_trace_marks_the_lm_heads_three_gemms_misaligned():
     assert len(head) == 3
     assert head.loc[head["variant"] == "mm", "align"].tolist() == [1, 1]
     assert (gemm.loc[~gemm.index.isin(head.index) & gemm["align"].notna(), "align"] == 8).all()
+
+
+def test_gemvs_and_odd_alignment_values(catalog):
+    rows = pd.DataFrame([dict(op="gemm", device="H100-SXM", dtype="bf16", m=1, n=50257, k=768),
+                         dict(op="gemm", device="H100-SXM", dtype="bf16", m=8192, n=768, k=768, align=3),
+                         dict(op="gemm", device="H100-SXM", dtype="bf16", m=8192, n=768, k=768, align=16)])
+    out = misaligned_kernel_us(rows, catalog)
+    assert np.isnan(out[0])  # one row: a GEMV's kernel, not the tensor-core GEMM path
+    h100 = catalog.devices["H100-SXM"]
+    assert out[1] == pytest.approx(2 * 8192 * 768 * 768 / (980.0 * h100.num_sms * h100.clock_mhz * 1e6) * 1e6)
+    assert np.isnan(out[2])  # 32-byte rows: aligned

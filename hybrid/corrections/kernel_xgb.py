@@ -1349,8 +1349,9 @@ class GemmXGB(DispatchXGB):
 
     def _misaligned_floor(self, table: pd.DataFrame, baseline: pd.DataFrame, catalog: Catalog,
                           out: np.ndarray) -> np.ndarray:
-        """``out`` raised, on 16-bit GEMMs a TMA GPU cannot feed its tensor cores (``n`` or ``k`` not a multiple
-        of 8), to the fallback kernels' least time plus the row's own dispatch
+        """``out`` raised, on 16-bit GEMMs a TMA GPU cannot feed its tensor cores (a row stride, the row's ``align``
+        or else ``n`` or ``k``, not a multiple of 8 elements), to the fallback kernels' least time plus the row's own
+        dispatch
         (:func:`hybrid.ops.gemm_paths.misaligned_kernel_us`): no profile or public table times such a GEMM at
         size, so the trees price it like an aligned one (GPT-2's LM head on an H100: 3-4x too fast)."""
         from hybrid.ops.gemm_paths import misaligned_kernel_us

@@ -53,28 +53,30 @@ def alignment_elements(n: np.ndarray, k: np.ndarray, full: int = 8) -> np.ndarra
 
 
 def misaligned_kernel_us(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
-    """Per GEMM row (``gemm`` / ``bmm`` / ``linear`` / ``gemv`` with ``m``, ``n``, ``k``) in fp16 or bf16 on a TMA
+    """Per GEMM row (``gemm`` / ``bmm`` / ``linear``, neither ``m`` nor ``n`` 1: a GEMV's kernels are not the
+    tensor-core GEMMs) in fp16 or bf16 on a TMA
     GPU (:data:`TMA_ARCHS`) whose row strides (its ``align`` column, else ``n`` and ``k``) are not multiples of 8
     elements: the least kernel time of the fallback path,
     ``2 b m n k`` FLOP at :data:`FALLBACK_FLOP_PER_CLK_PER_SM` x SMs x boost clock. NaN for every other row."""
     out = np.full(len(table), np.nan)
-    if len(table) == 0 or not {"m", "n", "k", "dtype", "device"} <= set(table.columns):
+    if len(table) == 0 or not {"op", "m", "n", "k", "dtype", "device"} <= set(table.columns):
         return out
     codes, uniques = pd.factorize(table["dtype"], use_na_sentinel=True)
     full = np.array([ALIGN_ELEMENTS.get(_dtype(d), 0) for d in uniques] + [0], dtype=np.int64)[codes]
     tma = catalog.device_column(table["device"], lambda d: d.arch in TMA_ARCHS, False).astype(bool)
-    rows = (full > 0) & tma & table["op"].isin(["gemm", "bmm", "linear", "gemv"]).to_numpy()
+    rows = (full > 0) & tma & table["op"].isin(["gemm", "bmm", "linear"]).to_numpy()
     if not rows.any():
         return out
     m, n, k = (col(table, c) for c in ("m", "n", "k"))
     b = col(table, "b", 1.0)
-    ok = rows & np.isfinite(m) & np.isfinite(n) & np.isfinite(k) & (m > 0) & (n > 0) & (k > 0)
+    ok = rows & np.isfinite(m) & np.isfinite(n) & np.isfinite(k) & (m > 1) & (n > 1) & (k > 0)
     align = np.full(len(table), 8, dtype=np.int64)
     align[ok] = alignment_elements(n[ok], k[ok])
     if "align" in table.columns:  # a traced GEMM's own strides (:func:`hybrid.data.traces.opmap`), where recorded
         given = col(table, "align", np.nan)
         known = ok & np.isfinite(given) & (given >= 1)
-        align[known] = np.minimum(given[known], 8).astype(np.int64)
+        # the largest power of two it holds (a stride alignment is one), at most 8 (16 bytes: the TMA path)
+        align[known] = np.minimum(2 ** np.floor(np.log2(given[known])), 8).astype(np.int64)
     hit = ok & (align < 8)
     if not hit.any():
         return out
