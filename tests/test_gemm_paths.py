@@ -141,3 +141,23 @@ def test_gemvs_and_odd_alignment_values(catalog):
     h100 = catalog.devices["H100-SXM"]
     assert out[1] == pytest.approx(2 * 8192 * 768 * 768 / (980.0 * h100.num_sms * h100.clock_mhz * 1e6) * 1e6)
     assert np.isnan(out[2])  # 32-byte rows: aligned
+
+
+def test_predict_gemm_says_when_the_tensor_cores_cannot_take_it(capsys):
+    from hybrid.cli.main import main
+
+    def run(*args: str) -> tuple[int, dict, str]:
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        captured = capsys.readouterr()
+        return code, json.loads(captured.out), captured.err
+
+    code, odd, err = run("predict", "gemm", "-d", "H100", "-m", "8192", "-n", "50257", "-k", "768", "--json")
+    assert code == 0 and "TMA tensor cores" in odd["path_note"] and "pad" in err
+    assert odd["fallback_kernel_us"] > 5 * odd["time_us"]  # the roofline alone: the datasheet peak
+    code, even, _ = run("predict", "gemm", "-d", "H100", "-m", "8192", "-n", "50264", "-k", "768", "--json")
+    assert code == 0 and "path_note" not in even
+    code, a100, _ = run("predict", "gemm", "-d", "A100", "-m", "8192", "-n", "50257", "-k", "768", "--json")
+    assert code == 0 and "path_note" not in a100

@@ -178,6 +178,23 @@ def gemm(device: str, dtype: str, m: int, n: int, k: int, b: int, as_json: bool,
                     as_json, model_ref, tracking_uri)
 
 
+
+def _fallback_path(frame, cat) -> dict:
+    """``path_note`` (also printed to stderr) and ``fallback_kernel_us`` when the GEMM is a 16-bit one whose row
+    strides a Hopper / Blackwell cannot feed to its TMA tensor cores (:mod:`hybrid.ops.gemm_paths`): a calibrated
+    model never prices it under that time; the roofline alone does not know it."""
+    from hybrid.ops.gemm_paths import misaligned_kernel_us
+
+    us = float(misaligned_kernel_us(frame, cat)[0])
+    if not np.isfinite(us):
+        return {}
+    note = ("n or k is not a multiple of 8 elements (16 bytes): this GPU cannot feed such a GEMM to its TMA tensor "
+            f"cores; cuBLAS runs older kernels, at least {us:.4g} us of kernel time (padding n and k to multiples "
+            "of 8 avoids it)")
+    click.echo(f"warning: {note}", err=True)
+    return {"fallback_kernel_us": us, "path_note": note}
+
+
 def _predict_kernel(frame, device: str, dtype: str, op: str, what: str, as_json: bool, model_ref: str | None,
                     tracking_uri: str | None, shape: dict | None = None) -> None:
     """Predict and print the one kernel row ``frame`` (any family but collectives; no ``device`` column) on
@@ -217,6 +234,8 @@ def _predict_kernel(frame, device: str, dtype: str, op: str, what: str, as_json:
         click.echo(f"warning: {extra['note']}", err=True)
     row = roofline(frame, cat, device=dev.key).iloc[0]
     extra.update(_memory_fit(frame, cat, device=dev.key))
+    if family_of(op).name == "gemm":
+        extra.update(_fallback_path(frame.assign(device=dev.key, op=op), cat))
     t = float(out["time_us"]) if model_ref else float(row["time_us"])
     flops, nbytes = float(row["flops"]), float(row["bytes"])
     _report({
