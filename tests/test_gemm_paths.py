@@ -161,3 +161,24 @@ def test_predict_gemm_says_when_the_tensor_cores_cannot_take_it(capsys):
     assert code == 0 and "path_note" not in even
     code, a100, _ = run("predict", "gemm", "-d", "A100", "-m", "8192", "-n", "50257", "-k", "768", "--json")
     assert code == 0 and "path_note" not in a100
+
+
+def test_only_the_kernel_part_is_raised_a_tiny_gemm_keeps_its_learned_dispatch():
+    """Fitted on the H200 profile's eager GEMMs (a dispatch constant of tens of us), predicting the H100's: a tiny
+    misaligned GEMM (its fallback kernel under a microsecond) keeps the trees' price; the large misaligned one gets
+    the fallback kernel time on top of the dispatch."""
+    from hybrid.data.bundle import bundle_catalog, load_bundle
+
+    catalog = bundle_catalog([ROOT / "datasets" / "H100-SXM", ROOT / "datasets" / "H200"])
+    h200, _ = load_bundle(ROOT / "datasets" / "H200")
+    h200 = h200[h200["op"].isin(["gemm", "bmm", "linear", "gemv"])].reset_index(drop=True)
+    model = GemmXGB(XGBParams(n_estimators=60, max_depth=6, learning_rate=0.1)).fit(h200, roofline(h200, catalog),
+                                                                                     catalog)
+    rows = pd.DataFrame([dict(op="gemm", device="H100-SXM", dtype="bf16", m=5, n=2388, k=132),
+                         dict(op="gemm", device="H100-SXM", dtype="bf16", m=2398, n=6915, k=5571)])
+    base = roofline(rows, catalog)
+    out = model.predict(rows, base, catalog)
+    trees = model._predict_bounded(rows, base, catalog)
+    host = model.host_us(rows, base, catalog)
+    assert host[0] > 5 and out[0] == trees[0]
+    assert out[1] == pytest.approx(max(trees[1], misaligned_kernel_us(rows, catalog)[1] + host[1]))
