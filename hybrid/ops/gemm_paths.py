@@ -38,7 +38,7 @@ ALIGN_ELEMENTS = {"fp16": 8, "bf16": 8}
 #: bf16: 539 / 558): 510; alignment 2 = BERT's LM head and gradients (``cutlass_80`` s16816 align2: 964 / 1023 /
 #: 961): 980. The H200's traces and profile (the same die, another machine) give 361-563 and 956-1026 (a check,
 #: ``tests/test_gemm_paths.py``). Alignment 4 was not measured: priced as alignment 2 (the same kernels with wider
-#: loads can only be faster: an optimistic assumption).
+#: loads can only be faster, so this errs slow).
 FALLBACK_FLOP_PER_CLK_PER_SM = {1: 510.0, 2: 980.0, 4: 980.0}
 
 
@@ -54,10 +54,9 @@ def alignment_elements(n: np.ndarray, k: np.ndarray, full: int = 8) -> np.ndarra
 
 def misaligned_kernel_us(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     """Per GEMM row (``gemm`` / ``bmm`` / ``linear``, neither ``m`` nor ``n`` 1: a GEMV's kernels are not the
-    tensor-core GEMMs) in fp16 or bf16 on a TMA
-    GPU (:data:`TMA_ARCHS`) whose row strides (its ``align`` column, else ``n`` and ``k``) are not multiples of 8
-    elements: the least kernel time of the fallback path,
-    ``2 b m n k`` FLOP at :data:`FALLBACK_FLOP_PER_CLK_PER_SM` x SMs x boost clock. NaN for every other row."""
+    tensor-core GEMMs) in fp16 or bf16 on a TMA GPU (:data:`TMA_ARCHS`) whose row strides (its ``align`` column,
+    else ``n`` and ``k``) are not multiples of 8 elements: the fallback kernels' time, ``2 b m n k`` FLOP at
+    :data:`FALLBACK_FLOP_PER_CLK_PER_SM` x SMs x boost clock. NaN for every other row."""
     out = np.full(len(table), np.nan)
     if len(table) == 0 or not {"op", "m", "n", "k", "dtype", "device"} <= set(table.columns):
         return out
