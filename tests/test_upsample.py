@@ -133,11 +133,19 @@ def test_a_traced_upsampling_step_is_costed_from_the_profile(tmp_path, capsys):
                                     torch.nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
                                     torch.nn.Conv2d(8, 2, 1))
         x = torch.randn(4, 4, 32, 32)
-        record_step(lambda: model(x).sum().backward(), tmp_path, warmup=1)
+        ratios = []
+        # the traced time is wall clock: a recording the other test worker disturbed (11.3 ms against 2.0 predicted,
+        # once, in a clean-clone CI run) is repeated, up to three recordings; a unit slip fails all three
+        for attempt in range(3):
+            record_step(lambda: model(x).sum().backward(), tmp_path / str(attempt), warmup=1)
+            assert cli_main(["trace", "predict", str(tmp_path / str(attempt)), "--device", CPU, "--bundle",
+                             str(BUNDLE), "--json"]) == 0
+            out = json.loads(capsys.readouterr().out)
+            assert out["unmodelled"]["ops"] == 0
+            pred, meas = out["breakdown_ms"]["upsample"], out["breakdown_measured_ms"]["upsample"]
+            ratios.append(pred / meas)
+            if 1 / 5 < ratios[-1] < 5.0:
+                break
     finally:
         torch.set_num_threads(threads)
-    assert cli_main(["trace", "predict", str(tmp_path), "--device", CPU, "--bundle", str(BUNDLE), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["unmodelled"]["ops"] == 0
-    pred, meas = out["breakdown_ms"]["upsample"], out["breakdown_measured_ms"]["upsample"]
-    assert 1 / 5 < pred / meas < 5.0, (pred, meas)
+    assert 1 / 5 < ratios[-1] < 5.0, ratios
