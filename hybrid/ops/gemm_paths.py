@@ -23,7 +23,7 @@ import pandas as pd
 
 from hybrid.errors import InvalidInputError
 from hybrid.hardware.catalog import Catalog
-from hybrid.ops.families import col
+from hybrid.ops.families import col, factor_map, op_is
 from hybrid.units import normalize_dtype
 
 #: NVIDIA architectures whose fast tensor-core GEMMs are fed by TMA (16-byte-aligned strides): Hopper, data-center
@@ -40,6 +40,8 @@ ALIGN_ELEMENTS = {"fp16": 8, "bf16": 8}
 #: ``tests/test_gemm_paths.py``). Alignment 4 was not measured: priced as alignment 2 (the same kernels with wider
 #: loads can only be faster, so this errs slow).
 FALLBACK_FLOP_PER_CLK_PER_SM = {1: 510.0, 2: 980.0, 4: 980.0}
+#: The same, indexed by the alignment (elements 0..8; NaN where no fallback applies).
+_RATE_BY_ALIGN = np.array([FALLBACK_FLOP_PER_CLK_PER_SM.get(a, np.nan) for a in range(9)])
 
 
 def alignment_elements(n: np.ndarray, k: np.ndarray, full: int = 8) -> np.ndarray:
@@ -60,10 +62,9 @@ def misaligned_kernel_us(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     out = np.full(len(table), np.nan)
     if len(table) == 0 or not {"op", "m", "n", "k", "dtype", "device"} <= set(table.columns):
         return out
-    codes, uniques = pd.factorize(table["dtype"], use_na_sentinel=True)
-    full = np.array([ALIGN_ELEMENTS.get(_dtype(d), 0) for d in uniques] + [0], dtype=np.int64)[codes]
+    full = factor_map(table["dtype"], lambda d: ALIGN_ELEMENTS.get(_dtype(d), 0), "").astype(np.int64)
     tma = catalog.device_column(table["device"], lambda d: d.arch in TMA_ARCHS, False).astype(bool)
-    rows = (full > 0) & tma & table["op"].isin(["gemm", "bmm", "linear"]).to_numpy()
+    rows = (full > 0) & tma & op_is(table, "gemm", "bmm", "linear")
     if not rows.any():
         return out
     m, n, k = (col(table, c) for c in ("m", "n", "k"))
@@ -79,10 +80,10 @@ def misaligned_kernel_us(table: pd.DataFrame, catalog: Catalog) -> np.ndarray:
     hit = ok & (align < 8)
     if not hit.any():
         return out
-    rate_clk = np.array([FALLBACK_FLOP_PER_CLK_PER_SM.get(int(a), np.nan) for a in align[hit]])
+    rate_clk = _RATE_BY_ALIGN[align[hit]]
     sms = catalog.device_column(table["device"], lambda d: float(d.num_sms), 0.0).astype(np.float64)[hit]
     clock = catalog.device_column(table["device"], lambda d: float(d.clock_mhz), 0.0).astype(np.float64)[hit]
-    flops = 2.0 * np.where(np.isfinite(b[hit]) & (b[hit] > 0), b[hit], 1.0) * m[hit] * n[hit] * k[hit]
+    flops = 2.0 * np.where(b[hit] > 0, b[hit], 1.0) * m[hit] * n[hit] * k[hit]
     rate = rate_clk * sms * clock * 1e6  # FLOP/s
     out[hit] = np.where(rate > 0, flops / rate * 1e6, np.nan)
     return out
