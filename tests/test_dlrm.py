@@ -518,3 +518,58 @@ def test_a_data_parallel_tables_gradient_is_one_ddp_bucket_not_split(catalog):
     ars = [float(g.ops.iloc[g.op_index[i]]["size_bytes"]) for i in range(g.n_real)
            if g.rank[i] == 0 and g.names[i].startswith("ddp all_reduce dp tables")]
     assert ars == pytest.approx([1_000_000 * D * EB], rel=1e-6)
+
+
+def test_simulate_cli_reports_the_steady_state_of_overlapped_iterations(tmp_path, capsys):
+    """``hybrid simulate --overlap-iterations``: the steady state of a framework that overlaps consecutive
+    iterations, each rank's busiest stream, with the one-iteration critical path beside it."""
+    from pathlib import Path
+
+    from hybrid.cli.main import main
+
+    example = Path(__file__).resolve().parents[1] / "experiments" / "configs" / "dlrm_example.yaml"
+    args = ["simulate", str(example), "--system", "DGX-A100", "--gpus", "16", "--json"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert "overlap_iterations" not in plain
+    assert main([*args, "--overlap-iterations"]) == 0
+    steady = json.loads(capsys.readouterr().out)
+    assert steady["overlap_iterations"] is True
+    assert steady["single_iteration_us"] == pytest.approx(plain["iteration_us"])
+    assert steady["iteration_us"] < plain["iteration_us"]
+    busiest = max(max(r["compute_us"], r["comm_us"], r["host_us"]) for r in steady["ranks"])
+    assert steady["iteration_us"] == pytest.approx(busiest, rel=1e-3)  # (the table's values are rounded)
+    assert main(args[:-1] + ["--overlap-iterations"]) == 0
+    assert "steady state of overlapped iterations: bound by the rank" in capsys.readouterr().out
+
+
+def test_prefetched_input_distribution_runs_beside_the_iteration(catalog):
+    """A pipelined trainer (TorchRec's ``TrainPipelineSparseDist``, HugeCTR's embedding collection with
+    ``train_inter_iteration_overlap``) distributes the next batch's indices on a stream of its own while this
+    iteration runs on the batch distributed during the previous one: the lookups no longer wait for the index
+    all-to-alls, which keep their volumes and cost."""
+    cfg = config(system="DGX-A100", batch_size_per_gpu=4096, dtype="fp16")
+    model = RooflineCostModel(catalog)
+    plain, pre = (build_dlrm_graph(cfg, catalog=catalog, prefetch_input_dist=p) for p in (False, True))
+    assert pre.info["prefetch_input_dist"] and "data_dist" in pre.info["streams"]
+    assert not plain.info["prefetch_input_dist"] and "data_dist" not in plain.info["streams"]
+    rp, rq = (simulate(it.graph, model, Overheads.zero()) for it in (plain, pre))
+    for res in (rp, rq):
+        nodes = res.nodes()
+        mine = nodes[nodes["rank"] == 0]
+        payload = mine[mine["name"] == "input_dist all_to_all"]
+        lookup = mine[mine["name"].str.startswith("embedding fwd (")]
+        assert len(payload) == 1 and len(lookup) >= 1
+        waits = bool(lookup["start_us"].min() >= payload["end_us"].iloc[0] - 1e-9)
+        assert waits is (res is rp)
+        assert (payload["stream"].iloc[0] == "data_dist") is (res is rq)
+    durations = [res.nodes().query("name == 'input_dist all_to_all'")["duration_us"].sum() for res in (rp, rq)]
+    assert durations[0] == pytest.approx(durations[1]) and durations[0] > 0
+    assert rq.iteration_us < rp.iteration_us
+    # one rank has nothing to distribute ahead: the flag changes nothing there
+    one = config(system="DGX-A100", gpus=1, plan={**{t: {"type": "table_wise", "ranks": [0]}
+                                                        for t in ("big", "mid", "rw", "cw")},
+                                                     "dp": {"type": "data_parallel"}})
+    a, b = (simulate(build_dlrm_graph(one, catalog=catalog, prefetch_input_dist=p).graph, model, Overheads.zero())
+            for p in (False, True))
+    assert a.iteration_us == pytest.approx(b.iteration_us)

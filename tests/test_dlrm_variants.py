@@ -752,6 +752,38 @@ def test_gpu_benchmark_run_config_reads_nan_columns_of_the_other_source_as_unset
     assert bench.costed_system(r, cat) == cfg.system
 
 
+def test_gpu_benchmark_times_multi_node_hugectr_from_v1_1_as_overlapped_iterations(catalog):
+    """Every NVIDIA multi-node HugeCTR config from MLPerf v1.1 on trains with the overlapped pipeline (v1.0's JSON
+    configs predate it); one node has no exchange to hide. Such a run is timed in the steady state of overlapped
+    iterations (each GPU's busiest stream), the same 8-node graph of v1.0 by its critical path."""
+    from hybrid.corrections.predictor import HybridPredictor
+    from hybrid.engine.simulate import stream_busy_us
+
+    bench = _gpu_bench()
+    assert bench.hugectr_overlapped("v2.1", 8, True)
+    assert bench.hugectr_overlapped("v1.1", 14, True)
+    assert not bench.hugectr_overlapped("v1.0", 8, True)
+    assert not bench.hugectr_overlapped("v2.1", 1, True)
+    assert not bench.hugectr_overlapped("v2.1", 8, False)
+    rows = pd.DataFrame({
+        "mlperf_version": ["v1.0", "v2.1"], "org": ["NVIDIA"] * 2, "system": ["a", "b"],
+        "accelerator": ["NVIDIA A100-SXM4-80GB"] * 2, "nodes": [8, 8], "acc_per_node": [8, 8],
+        "global_batch_size": [71680, 71680], "median_ms_per_iteration": [0.95, 0.61],
+        "framework": ["Merlin HugeCTR"] * 2})
+    runs, _ = bench.map_mlperf(rows, catalog)
+    cat = bench.with_node_systems(runs, catalog)
+    key, graphs, cat = bench.build_graphs(runs, cat, 0.0)
+    assert [g.overlap_iterations for g in graphs] == [False, True]
+    model = HybridPredictor.roofline_only(cat)
+    plain, overlapped = (simulate(g, model, bench.family_overheads("hugectr")) for g in graphs)
+    assert overlapped.iteration_us == pytest.approx(stream_busy_us(graphs[1], overlapped.durations).max())
+    assert overlapped.info["single_iteration_us"] == pytest.approx(plain.iteration_us)
+    # the exchanges (two hierarchical all-to-alls and the all-reduce) no longer add to the compute: well under
+    # the one-iteration time, and at least each GPU's compute
+    assert overlapped.iteration_us < 0.8 * plain.iteration_us
+    assert overlapped.iteration_us >= plain.breakdown["compute_us"].max() - 1e-6
+
+
 def test_gpu_benchmark_gives_each_hugectr_round_its_submitted_hybrid_embedding_thresholds(catalog):
     """The MLPerf v2.0/v2.1 single-node HugeCTR configs set ``p_dup_max = 0.03`` (training_results_v2.0 NVIDIA
     ``dgx_a100.py``, v2.1 GIGABYTE ``G492-ZD2.py`` and NVIDIA ``dgx_h100.py``), the v2.1 H100 4-node preview an
@@ -782,3 +814,55 @@ def test_gpu_benchmark_gives_each_hugectr_round_its_submitted_hybrid_embedding_t
     assert len(graphs) == 2  # the v2.1 run replicates fewer categories: fewer frequent rows in its dp lookups
     rows_of = [float(g.ops.loc[g.ops["op"] == "embedding_bag", "num_embeddings"].sum()) for g in graphs]
     assert rows_of[0] != rows_of[1]
+
+
+def test_nvidia_implementations_pad_the_dot_interaction_to_aligned_rows(catalog):
+    """HugeCTR's interaction layer and DeepLearningExamples' (``padding_size``) write 480 columns for MLPerf DLRM's
+    479 (128 + 27 * 26 / 2), so the top MLP's first GEMM has 16-byte rows; unpadded, a Hopper's tensor cores cannot
+    be fed by TMA and the GEMM falls to the slow path (:mod:`hybrid.ops.gemm_paths`)."""
+    from hybrid.workloads.dlrm import DLRMConfig
+
+    plain, padded = dlrm_variant("mlperf"), dlrm_variant("mlperf", interaction_pad_to=8)
+    assert plain.interaction_features == 479 and padded.interaction_features == 480
+    assert padded.mlp_layers()[len(padded.bottom_mlp)] == ("top0", 480, 1024)
+    assert DLRMConfig.from_dict(padded.to_dict()).interaction_features == 480  # the round trip keeps it
+    assert "interaction_pad_to" not in plain.to_dict()
+    for bad in (0, -8, 2.5, "x", 10**6):
+        with pytest.raises(InvalidInputError, match="interaction_pad_to"):
+            dlrm_variant("mlperf", interaction_pad_to=bad)
+    # the GPU benchmark pads for the NVIDIA implementations (HugeCTR, NVIDIA's PyTorch DLRM) only
+    bench = _gpu_bench()
+    rows = pd.DataFrame({
+        "mlperf_version": ["v2.1"] * 2, "org": ["NVIDIA", "X"], "system": ["a", "b"],
+        "accelerator": ["NVIDIA H100-SXM5-80GB"] * 2, "nodes": [1, 1], "acc_per_node": [8, 8],
+        "global_batch_size": [55296] * 2, "median_ms_per_iteration": [0.95, 1.0],
+        "framework": ["Merlin HugeCTR", "MXNet"]})
+    runs, _ = bench.map_mlperf(rows, catalog)
+    widths = [bench.run_config(r, catalog)[0].interaction_features for r in runs.itertuples(index=False)]
+    assert widths == [480, 479]
+    # on a Hopper the unpadded GEMM falls to the slow path, the padded one not
+    from hybrid.ops.gemm_paths import misaligned_kernel_us
+
+    gemm = pd.DataFrame([{"op": "linear", "device": "H100-SXM", "dtype": "fp16", "b": 1, "m": 6912, "n": 1024,
+                          "k": k} for k in (479, 480)])
+    slow = misaligned_kernel_us(gemm, catalog)
+    assert np.isfinite(slow[0]) and np.isnan(slow[1])
+
+
+def test_gpu_benchmark_prefetches_the_input_distribution_of_dcnv2_rounds(catalog):
+    """DLRM-DCNv2 rounds run pipelined trainers (HugeCTR's embedding collection with
+    ``train_inter_iteration_overlap``, TorchRec's ``TrainPipelineSparseDist``): their index all-to-alls run on the
+    ``data_dist`` stream beside the iteration; the one-hot rounds' trainers do not."""
+    bench = _gpu_bench()
+    assert bench.PREFETCH_INPUT_DIST_VARIANTS == ("mlperf-dcnv2",)
+    rows = pd.DataFrame({
+        "mlperf_version": ["v3.0", "v1.0"], "org": ["NVIDIA"] * 2, "system": ["a", "b"],
+        "accelerator": ["NVIDIA H100-SXM5-80GB", "NVIDIA A100-SXM4-80GB"], "nodes": [1, 1], "acc_per_node": [8, 8],
+        "global_batch_size": [55296, 55296], "median_ms_per_iteration": [1.0, 2.0],
+        "framework": ["PyTorch NVIDIA Release 23.04", "PyTorch NVIDIA Release 21.05"],
+        "benchmark": ["dlrm_dcnv2", "dlrm"]})
+    runs, _ = bench.map_mlperf(rows, catalog)
+    assert list(runs["variant"]) == ["mlperf-dcnv2", "mlperf"]
+    key, graphs, _ = bench.build_graphs(runs, catalog, 0.0)
+    streams = [{name for _, name in g.stream_names} for g in graphs]
+    assert "data_dist" in streams[0] and "data_dist" not in streams[1]

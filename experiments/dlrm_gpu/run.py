@@ -72,6 +72,11 @@ TARGET_PCT = 5.0
 #: container the MLPerf PyTorch submissions use) is "hybrid parallel": tables AND the bottom MLP model-parallel
 #: (one GPU, global batch), the top MLP data-parallel. HugeCTR and the others: data-parallel MLPs.
 BOTTOM_BY_FAMILY = {"pytorch": "model_parallel"}
+#: Columns the dot interaction's output is padded to a multiple of, by framework family: NVIDIA's fused
+#: dot-interaction kernels pad it (HugeCTR's ``Interaction`` layer one zero column, DeepLearningExamples'
+#: ``padding_size`` to the next multiple of 8: 479 -> 480 for the 26 MLPerf tables either way), which the NVIDIA
+#: PyTorch submissions run too; the others unpadded.
+INTERACTION_PAD_BY_FAMILY = {"hugectr": 8, "pytorch": 8}
 #: Host overheads by framework family, known from how the framework runs (not fitted): HugeCTR's MLPerf DLRM
 #: captures the whole training step in CUDA graphs (``use_cuda_graph``), so a kernel costs the host no launch
 #: of its own (~1 us per graph node on the GPU's front end) and there is no Python optimizer loop. The other
@@ -109,12 +114,34 @@ def hugectr_hybrid_params(round_: object, nodes: int, device: str) -> dict[str, 
     return out
 
 
+#: First MLPerf round whose multi-node HugeCTR DLRM overlaps consecutive iterations: every NVIDIA multi-node config
+#: from v1.1 on trains with HugeCTR's overlapped pipeline (``ModelPerfExt``: ``use_overlapped_pipeline``,
+#: ``overlap_ar_a2a``, the next batch's indices precomputed during this one; training_results_v1.1
+#: ``dgx_a100_14x8x640.py``; HugeCTR 4.0 renamed the knobs ``train_intra/inter_iteration_overlap``, both on in
+#: training_results_v2.1 ``hugectr-preview/dgx_h100_4x8x2240.py``), v1.0's JSON configs predate it. Those runs are
+#: timed in the steady state of overlapped iterations (each GPU's busiest stream: the network or the compute).
+#: One node (``NVLink_SingleNode``) has no exchange to hide: HugeCTR reads and writes the peers' embedding vectors
+#: with kernels on the main stream between GPU barriers (``forward_network_direct`` / ``update_model_direct``), so
+#: single-node runs keep the one-iteration critical path. Rule set after the v2.1 multi-node errors had been seen
+#: (results.md says so).
+HUGECTR_OVERLAPPED_FROM = 1.1
+#: Variants whose trainers distribute the next batch's inputs during the current iteration: the DLRM-DCNv2 rounds
+#: run HugeCTR's embedding collection with ``train_inter_iteration_overlap`` (on by default in its MLPerf
+#: ``train.py``: the data distributor's output is cached one iteration ahead) or TorchRec's
+#: ``TrainPipelineSparseDist`` (the reference; ``input_dist`` on a stream of its own, "to hide the all2all latency").
+PREFETCH_INPUT_DIST_VARIANTS = ("mlperf-dcnv2",)
 #: HugeCTR's grouped weight-gradient buffer: one all-reduce for every dense gradient (a bucket of any size).
 HUGECTR_GROUPED_WGRAD = 1 << 40
 #: Zipf exponents tried for the Criteo category counts behind the hybrid embedding split (fitted on one round).
 ZIPF_GRID = (0.0, 0.6, 0.8, 0.9, 1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.4, 1.6)
 #: Exponent used when no fit round is available (the value the default fit round, v1.0, selects; results.md).
 DEFAULT_ZIPF_ALPHA = 0.6
+
+
+def hugectr_overlapped(round_: object, nodes: int, hybrid_embedding: bool) -> bool:
+    """Whether a HugeCTR hybrid-embedding run of MLPerf round ``round_`` on ``nodes`` nodes overlapped consecutive
+    iterations (:data:`HUGECTR_OVERLAPPED_FROM`)."""
+    return bool(hybrid_embedding) and int(nodes) > 1 and round_number(round_) >= HUGECTR_OVERLAPPED_FROM
 
 
 def family_overheads(family: str) -> Overheads | None:
@@ -421,7 +448,8 @@ def run_config(r: Any, catalog: Catalog) -> tuple[Any, str | None, Catalog]:
                        batch_size_per_gpu=max(1, int(round(r.global_batch / r.gpus))), dtype=r.dtype,
                        embedding_dtype=r.embedding_dtype, embedding_placement="auto",
                        bottom_mlp_placement=r.bottom, grad_scaler=bool(scaler) and not pd.isna(scaler),
-                       lookup_output_dtype=lookup_dtype if isinstance(lookup_dtype, str) and lookup_dtype else None)
+                       lookup_output_dtype=lookup_dtype if isinstance(lookup_dtype, str) and lookup_dtype else None,
+                       interaction_pad_to=INTERACTION_PAD_BY_FAMILY.get(str(r.family), 1))
     return cfg, stand_in, cat
 
 
@@ -470,7 +498,9 @@ def build_graphs(runs: pd.DataFrame, catalog: Catalog, zipf_alpha: float = DEFAU
         buckets = ({"bucket_bytes": HUGECTR_GROUPED_WGRAD, "first_bucket_bytes": HUGECTR_GROUPED_WGRAD}
                    if he or ec else {})
         it = build_dlrm_graph(cfg, run_plan(cfg, r.variant, cat), cat, collective_system=stand_in,
-                              hybrid_embedding=he, hierarchical_all_to_all=True if ec else None, **buckets)
+                              hybrid_embedding=he, hierarchical_all_to_all=True if ec else None,
+                              overlap_iterations=hugectr_overlapped(r.round, int(r.nodes), he is not None),
+                              prefetch_input_dist=r.variant in PREFETCH_INPUT_DIST_VARIANTS, **buckets)
         graphs[k] = it.graph.compile()
     return key, [graphs[k] for k in key.unique()], cat
 

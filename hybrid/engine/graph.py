@@ -91,6 +91,8 @@ class CompiledGraph:
     #: ``host_op_us`` / ``kernel_launch_us`` (None: no node carries any)
     host_ops: np.ndarray | None = None
     launches: np.ndarray | None = None
+    #: built with TaskGraph.overlap_iterations (consecutive iterations overlap: the steady state is resource-bound)
+    overlap_iterations: bool = False
 
     def __len__(self) -> int:
         return len(self.names)
@@ -128,6 +130,10 @@ class TaskGraph:
     #: the host waits for every kernel it launches before launching the next (eager execution on a CPU device:
     #: dispatch and compute share one thread); False: kernels queue on streams while the host runs ahead (GPU)
     synchronous_host: bool = False
+    #: the program overlaps consecutive iterations (a software pipeline: the next iteration's exchanges and index
+    #: work are issued while this one computes), so the steady-state iteration is set by each rank's busiest
+    #: stream, not by one iteration's critical path (:func:`hybrid.engine.simulate.simulate_durations`)
+    overlap_iterations: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -420,4 +426,4 @@ class TaskGraph:
             host_ops[at], launches[at] = counts[:, 0], counts[:, 1]
         return CompiledGraph(names, rank, stream, stream_names, kind, fixed, op_index, overhead, group, src, dst,
                              own, ops, args, int(self.n_ranks), n, phase, phase_names, scale, interference,
-                             bool(self.synchronous_host), host_ops, launches)
+                             bool(self.synchronous_host), host_ops, launches, bool(self.overlap_iterations))

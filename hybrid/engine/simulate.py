@@ -261,8 +261,21 @@ class SimResult:
         }
 
 
+def stream_busy_us(graph: CompiledGraph, durations: np.ndarray) -> np.ndarray:
+    """Time (us) each stream of ``graph`` is busy in one iteration (a stream runs its nodes one at a time), indexed
+    like ``graph.stream_names``."""
+    real = (graph.kind != SYNC) & (graph.stream >= 0)
+    return np.bincount(graph.stream[real], durations[real], minlength=len(graph.stream_names))
+
+
 def simulate_durations(graph: CompiledGraph, durations: np.ndarray) -> SimResult:
-    """Schedule ``graph`` with the given node durations (us) and compute the per-rank breakdown."""
+    """Schedule ``graph`` with the given node durations (us) and compute the per-rank breakdown.
+
+    A graph built with ``overlap_iterations`` (a program that overlaps consecutive iterations) is timed in its
+    steady state: the busiest stream of any rank per iteration (host, compute or communication), the rate such a
+    software pipeline approaches when nothing but its resources limits it; ``info`` keeps the one-iteration critical
+    path (``single_iteration_us``) and which stream bounds the iteration (``bound_by``).
+    """
     n = len(graph)
     if durations.shape != (n,):
         raise InvalidInputError(f"need {n} durations, got {durations.shape}")
@@ -271,6 +284,14 @@ def simulate_durations(graph: CompiledGraph, durations: np.ndarray) -> SimResult
     start, finish = _schedule(n, graph.edges_src, graph.edges_dst, durations)
     real = graph.kind != SYNC
     iteration = float(finish[real].max()) if real.any() else 0.0
+    info: dict[str, Any] = {}
+    if graph.overlap_iterations and real.any():
+        busy = stream_busy_us(graph, durations)
+        at = int(np.argmax(busy))
+        rank_of, stream_of = graph.stream_names[at]
+        info = {"overlap_iterations": True, "single_iteration_us": iteration,
+                "bound_by": f"rank {rank_of} {stream_of} stream"}
+        iteration = min(iteration, float(busy[at]))  # (a stream's busy time never exceeds the critical path)
     R = graph.n_ranks
     rank = graph.rank.astype(np.int64)
     comp = graph.kind == COMPUTE
@@ -302,7 +323,7 @@ def simulate_durations(graph: CompiledGraph, durations: np.ndarray) -> SimResult
         "kernels": np.bincount(rank[comp], minlength=R),
         "collectives": np.bincount(rank[members], minlength=R),
     })
-    return SimResult(graph, durations, start, finish, iteration, breakdown)
+    return SimResult(graph, durations, start, finish, iteration, breakdown, info=info)
 
 
 def simulate(

@@ -16,6 +16,7 @@ The configuration format (YAML or JSON)::
     embedding_placement: hbm  # hbm | host | auto (tables that do not fit a GPU's memory live in host memory)
     lookup_output_dtype: fp32 # dtype the lookups write (default: embedding_dtype; a cast to dtype follows if wider)
     grad_scaler: false        # PyTorch AMP loss scaling: gradients unscaled (and checked) before the optimizer
+    interaction_pad_to: 1     # dot interaction output zero-padded to a multiple of this (NVIDIA's fused kernels: 8)
     # or `variant: mlperf` (mlperf | mlperf-dcnv2 | dle-small | dle-large): a published model, other keys override
     optimizer: sgd            # sgd | adagrad
     tables:                   # or num_tables + table_generator: {seed, rows: [lo, hi], pooling: [lo, hi], ...}
@@ -359,15 +360,21 @@ class DLRMConfig:
     #: in place with an inf/NaN check (the embedding gradients' values, one per lookup, and the dense gradients),
     #: and the host reads the found-inf flag back (``scaler.step``) before it launches the updates.
     grad_scaler: bool = False
+    #: the dot interaction's output (bottom output + pairwise dots) zero-padded to a multiple of this many columns,
+    #: so that the top MLP's first GEMM has aligned rows: NVIDIA's fused dot-interaction kernels do (DeepLearningExamples
+    #: ``padding_size``: the next multiple of 8; HugeCTR's ``Interaction`` layer one zero column, 479 -> 480 for
+    #: MLPerf DLRM's 26 tables); the reference and TorchRec do not (1: no padding)
+    interaction_pad_to: int = 1
 
     FIELDS = ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features", "bottom_mlp", "top_mlp",
               "interaction", "embedding_dim", "optimizer", "tables", "num_tables", "table_generator", "plan",
               "description", "dcn_layers", "dcn_low_rank", "embedding_dtype", "embedding_placement",
-              "bottom_mlp_placement", "lookup_output_dtype", "grad_scaler")
+              "bottom_mlp_placement", "lookup_output_dtype", "grad_scaler", "interaction_pad_to")
     #: Scalar fields copied from a document (besides tables and plan).
     SCALARS = ("name", "system", "gpus", "batch_size_per_gpu", "dtype", "dense_features", "bottom_mlp", "top_mlp",
                "interaction", "embedding_dim", "optimizer", "dcn_layers", "dcn_low_rank", "embedding_dtype",
-               "embedding_placement", "bottom_mlp_placement", "lookup_output_dtype", "grad_scaler")
+               "embedding_placement", "bottom_mlp_placement", "lookup_output_dtype", "grad_scaler",
+               "interaction_pad_to")
 
     def __post_init__(self) -> None:
         # the name labels the output, the trace and its JSON: a number (YAML `name: 2024`) is kept as text; a list,
@@ -395,6 +402,8 @@ class DLRMConfig:
         if not isinstance(self.grad_scaler, (bool, np.bool_)):
             raise InvalidInputError(f"grad_scaler must be true or false, got {self.grad_scaler!r}")
         object.__setattr__(self, "grad_scaler", bool(self.grad_scaler))
+        object.__setattr__(self, "interaction_pad_to", _positive_int(self.interaction_pad_to, "interaction_pad_to",
+                                                                          limit=1024))
         object.__setattr__(self, "dcn_layers", _positive_int(self.dcn_layers, "dcn_layers"))
         rank = self.dcn_low_rank
         object.__setattr__(self, "dcn_low_rank", 0 if rank in (0, None) else _positive_int(rank, "dcn_low_rank"))
@@ -470,7 +479,8 @@ class DLRMConfig:
         """Width of the top MLP's input (dot: bottom output + pairwise dots; cat and dcn: every feature)."""
         if self.interaction == "dot":
             f = self.num_tables + 1
-            return self.bottom_mlp[-1] + f * (f - 1) // 2
+            width = self.bottom_mlp[-1] + f * (f - 1) // 2
+            return -(-width // self.interaction_pad_to) * self.interaction_pad_to
         return self.bottom_mlp[-1] + sum(t.embedding_dim for t in self.tables)
 
     @staticmethod
@@ -627,6 +637,8 @@ class DLRMConfig:
             out["lookup_output_dtype"] = self.lookup_output_dtype
         if self.grad_scaler:
             out["grad_scaler"] = True
+        if self.interaction_pad_to != 1:
+            out["interaction_pad_to"] = self.interaction_pad_to
         out.update(self.extra)
         if self.plan is not None:
             out["plan"] = self.plan.to_dict()

@@ -60,6 +60,9 @@ NESTED_PHASES = {"exchange_bwd": "backward"}
 #: the compute stream; on a CPU the communication library's progress threads share the cores that compute
 #: (gloo with one thread per rank: measured, no overlap at all).
 COMM_OVERLAP = {"gpu": 1.0, "cpu": 0.0}
+#: Stream of a prefetched input distribution (``prefetch_input_dist``): TorchRec's pipeline runs
+#: ``input_dist`` on its ``data_dist`` CUDA stream, beside the forward and backward on the default one.
+INPUT_DIST_STREAM = "data_dist"
 #: Share of a profiled sparse embedding backward (``variant="sparse_sgd"``: backward + ``weight.add_(grad)``)
 #: that is the SGD update: the engine puts that share in the optimizer phase. Measured on the CPU profile:
 #: median (SGD step alone) / (backward + step) = 0.54 over 60 configurations
@@ -539,6 +542,8 @@ def build_dlrm_graph(
     collective_system: str | None = None,
     hybrid_embedding: HybridEmbedding | None = None,
     hierarchical_all_to_all: bool | None = None,
+    overlap_iterations: bool = False,
+    prefetch_input_dist: bool = False,
     harness: bool = False,
 ) -> DLRMIteration:
     """The task graph of one training iteration of ``config`` sharded by ``plan`` (default: ``config.plan``).
@@ -550,6 +555,13 @@ def build_dlrm_graph(
     categories replicated, infrequent ones spread over all ranks; the plan is still validated).
     ``hierarchical_all_to_all`` runs every all-to-all on several nodes as HugeCTR's hierarchical one (NVLink inside
     each node, then one all-to-all per rail across the nodes); default: with the hybrid embedding only.
+    ``overlap_iterations`` marks a framework that overlaps consecutive iterations (HugeCTR's overlapped training
+    pipeline): the iteration is then timed in its steady state, each rank's busiest stream
+    (:attr:`~hybrid.engine.graph.TaskGraph.overlap_iterations`).
+    ``prefetch_input_dist`` runs the input distribution as a pipelined trainer does (TorchRec's
+    ``TrainPipelineSparseDist``, HugeCTR's embedding collection with ``train_inter_iteration_overlap``): the next
+    batch's index all-to-alls and their unpacking on a stream of their own (:data:`INPUT_DIST_STREAM`) beside this
+    iteration's work, and this iteration's lookups on the batch distributed during the previous one (no wait).
     ``harness`` adds, on GPUs, what :mod:`hybrid.bench.dlrm_harness` runs beyond the TorchRec-style iteration
     (see :data:`HARNESS_GPU_WORK`): the input distribution and the pooled exchange also on one rank, the host
     waiting for the value counts and for every sparse-gradient coalesce, and the per-table views of the
@@ -588,7 +600,7 @@ def build_dlrm_graph(
     coll_system = target.system
     if collective_system is not None:
         coll_system = cat.resolve_system(collective_system)
-    g = TaskGraph(R, synchronous_host=target.device.kind == "cpu")
+    g = TaskGraph(R, synchronous_host=target.device.kind == "cpu", overlap_iterations=bool(overlap_iterations))
     all_ranks = list(range(R))
 
     def kop(op: str, **shape: Any) -> dict[str, Any]:
@@ -724,10 +736,12 @@ def build_dlrm_graph(
         payload_k = g.kernel(0, "input_dist payload (local copy)", copy(own_idx / eb))
         unpacked[0] = g.kernel(0, "input_dist unpack", copy(own_idx / eb), deps=[payload_k])
         charge(0, hops["input_dist"] - 8 + hops["input_dist_per_group"] * n_groups_of[0])
+    prefetch = bool(prefetch_input_dist) and R > 1
+    dist_stream = {"stream": INPUT_DIST_STREAM} if prefetch else {}
     if R > 1 and has_sharded and float(vol.input_send.max()) > 0:
         counts = coll("input_dist all_to_all (value counts)",
                       [cop("all_to_all", R * max(n_groups_of[r], 1) * INDEX_BYTES, R) for r in all_ranks],
-                      args={"what": "values per fused table"})
+                      args={"what": "values per fused table"}, **dist_stream)
         waited: dict[int, list[int]] = {r: [] for r in all_ranks}
         if "value-count host wait" in work:  # the receiver sizes the payload from the counts on the host (.cpu())
             waited = {r: [g.add(r, HOST, "input_dist value counts to host (.cpu(): waits for the GPU)", kind="cpu",
@@ -735,11 +749,13 @@ def build_dlrm_graph(
         sizes = CommVolumes.a2a_size(vol.input_send, vol.input_recv, R)
         payload = coll("input_dist all_to_all", [cop("all_to_all", s, R) for s in sizes],
                        deps={r: [counts[r], *waited[r]] for r in all_ranks},
-                       args={"what": "bag lengths + lookup indices"})
+                       args={"what": "bag lengths + lookup indices"}, **dist_stream)
         for r in all_ranks:  # torch.cat of every source's chunk per fused table (int64 -> bytes as dtype elements)
             recv = float(vol.input_recv[r]) + float(vol.input_send[r]) / max(R, 1)
-            unpacked[r] = g.kernel(r, "input_dist unpack", copy(recv / eb), deps=[payload[r]])
+            unpacked[r] = g.kernel(r, "input_dist unpack", copy(recv / eb), deps=[payload[r]], **dist_stream)
             charge(r, hops["input_dist"] + hops["input_dist_per_group"] * n_groups_of[r])
+        if prefetch:  # the next batch's: this iteration's lookups read the one distributed during the previous one
+            unpacked = {}
 
     # ---- lookups of the sharded tables (global batch) -------------------------------------------------------
     g.phase = "lookup_fwd"
@@ -1127,8 +1143,9 @@ def build_dlrm_graph(
                        hops["dense_adagrad_foreach"] + hops["dense_adagrad_per_param"] * len(params))
     if host_model:
         g.price_host_by_ops(host_at)
-    info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM],
-            "comm_overlap": overlap, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
+    info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM] + [INPUT_DIST_STREAM] * prefetch,
+            "comm_overlap": overlap, "overlap_iterations": bool(overlap_iterations),
+            "prefetch_input_dist": prefetch, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
             # where the collectives are priced, and what to know about it (a bare CPU device: its gloo system)
             "collective_system": coll_system, "notes": [n for n in (coll_note, host_note, _hot_note(hot_total)) if n]}
     return DLRMIteration(g, config, plan, target, vol, pieces, info)
