@@ -755,9 +755,9 @@ def test_gpu_benchmark_run_config_reads_nan_columns_of_the_other_source_as_unset
 def test_gpu_benchmark_times_multi_node_hugectr_from_v1_1_as_overlapped_iterations(catalog):
     """Every NVIDIA multi-node HugeCTR config from MLPerf v1.1 on trains with the overlapped pipeline (v1.0's JSON
     configs predate it); one node has no exchange to hide. Such a run is timed in the steady state of overlapped
-    iterations (each GPU's busiest stream), the same 8-node graph of v1.0 by its critical path."""
+    iterations (each GPU's busiest resource), the same 8-node graph of v1.0 by its critical path."""
     from hybrid.corrections.predictor import HybridPredictor
-    from hybrid.engine.simulate import stream_busy_us
+    from hybrid.engine.simulate import resource_busy_us
 
     bench = _gpu_bench()
     assert bench.hugectr_overlapped("v2.1", 8, True)
@@ -776,7 +776,7 @@ def test_gpu_benchmark_times_multi_node_hugectr_from_v1_1_as_overlapped_iteratio
     assert [g.overlap_iterations for g in graphs] == [False, True]
     model = HybridPredictor.roofline_only(cat)
     plain, overlapped = (simulate(g, model, bench.family_overheads("hugectr")) for g in graphs)
-    assert overlapped.iteration_us == pytest.approx(stream_busy_us(graphs[1], overlapped.durations).max())
+    assert overlapped.iteration_us == pytest.approx(resource_busy_us(graphs[1], overlapped.durations).max())
     assert overlapped.info["single_iteration_us"] == pytest.approx(plain.iteration_us)
     # the exchanges (two hierarchical all-to-alls and the all-reduce) no longer add to the compute: well under
     # the one-iteration time, and at least each GPU's compute

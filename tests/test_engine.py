@@ -78,11 +78,15 @@ def test_overlapped_iterations_are_timed_by_the_busiest_stream():
     r = simulate(graph(6.0, True), overheads=NO)
     assert r.iteration_us == pytest.approx(14.0)
     assert r.info["single_iteration_us"] == pytest.approx(26.0)
-    assert r.info["bound_by"] in ("rank 0 compute stream", "rank 1 compute stream")
+    assert r.info["bound_by"] in ("rank 0 compute", "rank 1 compute")
     assert r.breakdown["iteration_us"].to_numpy() == pytest.approx([14.0, 14.0])
     r = simulate(graph(15.0, True), overheads=NO)
     assert r.iteration_us == pytest.approx(30.0)
-    assert r.info["bound_by"] == "rank 1 comm stream"
+    assert r.info["bound_by"] == "rank 1 network"
+    # a second exchange on a stream of its own still uses the rank's one network: 30 + 9 us, not max(30, 9)
+    g = graph(15.0, True)
+    g.add(1, "side comm", "prefetch", duration_us=9.0, kind="comm")
+    assert simulate(g, overheads=NO).iteration_us == pytest.approx(39.0)
     # a graph compiled from the builder keeps the flag (and the engine's other entry point honours it)
     compiled = graph(15.0, True).compile()
     assert compiled.overlap_iterations

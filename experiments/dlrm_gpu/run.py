@@ -119,7 +119,7 @@ def hugectr_hybrid_params(round_: object, nodes: int, device: str) -> dict[str, 
 #: ``overlap_ar_a2a``, the next batch's indices precomputed during this one; training_results_v1.1
 #: ``dgx_a100_14x8x640.py``; HugeCTR 4.0 renamed the knobs ``train_intra/inter_iteration_overlap``, both on in
 #: training_results_v2.1 ``hugectr-preview/dgx_h100_4x8x2240.py``), v1.0's JSON configs predate it. Those runs are
-#: timed in the steady state of overlapped iterations (each GPU's busiest stream: the network or the compute).
+#: timed in the steady state of overlapped iterations (each GPU's busiest resource: its network or its compute).
 #: One node (``NVLink_SingleNode``) has no exchange to hide: HugeCTR reads and writes the peers' embedding vectors
 #: with kernels on the main stream between GPU barriers (``forward_network_direct`` / ``update_model_direct``), so
 #: single-node runs keep the one-iteration critical path. Rule set after the v2.1 multi-node errors had been seen

@@ -132,7 +132,7 @@ class TaskGraph:
     synchronous_host: bool = False
     #: the program overlaps consecutive iterations (a software pipeline: the next iteration's exchanges and index
     #: work are issued while this one computes), so the steady-state iteration is set by each rank's busiest
-    #: stream, not by one iteration's critical path (:func:`hybrid.engine.simulate.simulate_durations`)
+    #: resource, not by one iteration's critical path (:func:`hybrid.engine.simulate.resource_busy_us`)
     overlap_iterations: bool = False
 
     def __post_init__(self) -> None:

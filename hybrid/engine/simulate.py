@@ -261,20 +261,35 @@ class SimResult:
         }
 
 
-def stream_busy_us(graph: CompiledGraph, durations: np.ndarray) -> np.ndarray:
-    """Time (us) each stream of ``graph`` is busy in one iteration (a stream runs its nodes one at a time), indexed
-    like ``graph.stream_names``."""
-    real = (graph.kind != SYNC) & (graph.stream >= 0)
-    return np.bincount(graph.stream[real], durations[real], minlength=len(graph.stream_names))
+#: The resources of a rank whose per-iteration busy time bounds overlapped iterations (:func:`resource_busy_us`).
+RESOURCES = ("compute", "network", "host")
+
+
+def resource_busy_us(graph: CompiledGraph, durations: np.ndarray) -> np.ndarray:
+    """Per rank (rows) and resource (columns, :data:`RESOURCES`), the time (us) it is busy in one iteration: its
+    GPU's (or CPU's) compute, every kernel on any of its streams, and the compute-stream share of collectives that
+    compute cannot overlap with; its network, every collective on any of its communication streams (one NIC / fabric
+    port: exchanges on two streams share it); its host, every host node."""
+    real = (graph.kind != SYNC) & (graph.rank >= 0)
+    interfering = graph.interference if graph.interference is not None else np.zeros(len(graph), dtype=bool)
+    col = np.full(len(graph), -1, dtype=np.int64)
+    col[(graph.kind == COMPUTE) | interfering] = 0
+    col[(graph.kind == COMM) & ~interfering] = 1
+    col[graph.kind == CPU] = 2
+    use = real & (col >= 0)
+    busy = np.zeros((graph.n_ranks, len(RESOURCES)))
+    np.add.at(busy, (graph.rank[use].astype(np.int64), col[use]), durations[use])
+    return busy
 
 
 def simulate_durations(graph: CompiledGraph, durations: np.ndarray) -> SimResult:
     """Schedule ``graph`` with the given node durations (us) and compute the per-rank breakdown.
 
     A graph built with ``overlap_iterations`` (a program that overlaps consecutive iterations) is timed in its
-    steady state: the busiest stream of any rank per iteration (host, compute or communication), the rate such a
-    software pipeline approaches when nothing but its resources limits it; ``info`` keeps the one-iteration critical
-    path (``single_iteration_us``) and which stream bounds the iteration (``bound_by``).
+    steady state: the busiest resource of any rank per iteration (its compute, network or host:
+    :func:`resource_busy_us`), the rate such a software pipeline approaches when nothing but its resources limits
+    it; ``info`` keeps the one-iteration critical path (``single_iteration_us``) and which resource bounds the
+    iteration (``bound_by``).
     """
     n = len(graph)
     if durations.shape != (n,):
@@ -286,12 +301,12 @@ def simulate_durations(graph: CompiledGraph, durations: np.ndarray) -> SimResult
     iteration = float(finish[real].max()) if real.any() else 0.0
     info: dict[str, Any] = {}
     if graph.overlap_iterations and real.any():
-        busy = stream_busy_us(graph, durations)
-        at = int(np.argmax(busy))
-        rank_of, stream_of = graph.stream_names[at]
+        busy = resource_busy_us(graph, durations)
+        rank_of, what = np.unravel_index(int(np.argmax(busy)), busy.shape)
         info = {"overlap_iterations": True, "single_iteration_us": iteration,
-                "bound_by": f"rank {rank_of} {stream_of} stream"}
-        iteration = min(iteration, float(busy[at]))  # (a stream's busy time never exceeds the critical path)
+                "bound_by": f"rank {int(rank_of)} {RESOURCES[int(what)]}"}
+        # (never beyond the critical path: concurrent kernels of one rank can sum to more than the iteration)
+        iteration = min(iteration, float(busy.max()))
     R = graph.n_ranks
     rank = graph.rank.astype(np.int64)
     comp = graph.kind == COMPUTE

@@ -556,7 +556,7 @@ def build_dlrm_graph(
     ``hierarchical_all_to_all`` runs every all-to-all on several nodes as HugeCTR's hierarchical one (NVLink inside
     each node, then one all-to-all per rail across the nodes); default: with the hybrid embedding only.
     ``overlap_iterations`` marks a framework that overlaps consecutive iterations (HugeCTR's overlapped training
-    pipeline): the iteration is then timed in its steady state, each rank's busiest stream
+    pipeline): the iteration is then timed in its steady state, each rank's busiest resource (compute, network or host)
     (:attr:`~hybrid.engine.graph.TaskGraph.overlap_iterations`).
     ``prefetch_input_dist`` runs the input distribution as a pipelined trainer does (TorchRec's
     ``TrainPipelineSparseDist``, HugeCTR's embedding collection with ``train_inter_iteration_overlap``): the next
