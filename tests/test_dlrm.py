@@ -522,7 +522,8 @@ def test_a_data_parallel_tables_gradient_is_one_ddp_bucket_not_split(catalog):
 
 def test_simulate_cli_reports_the_steady_state_of_overlapped_iterations(tmp_path, capsys):
     """``hybrid simulate --overlap-iterations``: the steady state of a framework that overlaps consecutive
-    iterations, each rank's busiest resource (compute, network or host), with the one-iteration critical path beside it."""
+    iterations, each rank's busiest resource (compute, network or host), with the one-iteration critical path
+    beside it."""
     from pathlib import Path
 
     from hybrid.cli.main import main

@@ -187,8 +187,8 @@ def host_memory_line(hm: dict[str, Any]) -> str:
 @host_mem_option
 @click.option("--overlap-iterations", is_flag=True,
               help="The framework overlaps consecutive iterations (a training pipeline such as HugeCTR's overlapped "
-                   "pipeline): report the steady state, each rank's busiest resource (compute, network or host), instead of one iteration's "
-                   "critical path.")
+                   "pipeline): report the steady state, each rank's busiest resource (compute, network or host), "
+                   "instead of one iteration's critical path.")
 @click.option("--prefetch-input-dist", is_flag=True,
               help="The trainer distributes the next batch's indices during this iteration (TorchRec's "
                    "TrainPipelineSparseDist, HugeCTR's inter-iteration overlap): the index all-to-alls run on a "

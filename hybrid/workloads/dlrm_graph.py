@@ -556,8 +556,8 @@ def build_dlrm_graph(
     ``hierarchical_all_to_all`` runs every all-to-all on several nodes as HugeCTR's hierarchical one (NVLink inside
     each node, then one all-to-all per rail across the nodes); default: with the hybrid embedding only.
     ``overlap_iterations`` marks a framework that overlaps consecutive iterations (HugeCTR's overlapped training
-    pipeline): the iteration is then timed in its steady state, each rank's busiest resource (compute, network or host)
-    (:attr:`~hybrid.engine.graph.TaskGraph.overlap_iterations`).
+    pipeline): the iteration is then timed in its steady state, each rank's busiest resource (compute, network or
+    host; :attr:`~hybrid.engine.graph.TaskGraph.overlap_iterations`).
     ``prefetch_input_dist`` runs the input distribution as a pipelined trainer does (TorchRec's
     ``TrainPipelineSparseDist``, HugeCTR's embedding collection with ``train_inter_iteration_overlap``): the next
     batch's index all-to-alls and their unpacking on a stream of their own (:data:`INPUT_DIST_STREAM`) beside this
@@ -1143,9 +1143,10 @@ def build_dlrm_graph(
                        hops["dense_adagrad_foreach"] + hops["dense_adagrad_per_param"] * len(params))
     if host_model:
         g.price_host_by_ops(host_at)
-    info = {"buckets": len(allreduces), "pieces": len(pieces), "streams": [HOST, COMPUTE_STREAM, COMM_STREAM] + [INPUT_DIST_STREAM] * prefetch,
-            "comm_overlap": overlap, "overlap_iterations": bool(overlap_iterations),
-            "prefetch_input_dist": prefetch, "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
+    info = {"buckets": len(allreduces), "pieces": len(pieces),
+            "streams": [HOST, COMPUTE_STREAM, COMM_STREAM] + [INPUT_DIST_STREAM] * prefetch,
+            "comm_overlap": overlap, "overlap_iterations": bool(overlap_iterations), "prefetch_input_dist": prefetch,
+            "host_pieces": sum(p.host for p in pieces), "bottom_mlp_model_parallel": mp_bottom,
             # where the collectives are priced, and what to know about it (a bare CPU device: its gloo system)
             "collective_system": coll_system, "notes": [n for n in (coll_note, host_note, _hot_note(hot_total)) if n]}
     return DLRMIteration(g, config, plan, target, vol, pieces, info)
