@@ -177,3 +177,35 @@ def test_run_refuses_what_the_harness_does_not_run(fields, device, match):
 
     assert unsupported_features(tiny_config()) == []
     assert unsupported_features(tiny_config().with_(embedding_placement="host"), "cpu") == []  # a CPU's tables
+
+
+def test_dense_module_pads_the_dot_interaction_as_configured():
+    """A config with ``interaction_pad_to`` is measured as it is predicted: the harness appends the zero columns
+    NVIDIA's kernels write (4 features of dim 8: 8 + 6 = 14 columns, padded to 16), and the padding changes no
+    output (the top MLP's weights on zero columns contribute nothing)."""
+    import torch
+
+    from hybrid.bench.dlrm_harness import _build_dense_module
+
+    plan = ShardingPlan({"a": 0, "b": 1, "c": 1})
+    modules = []
+    for pad_to in (1, 8):
+        cfg = tiny_config(interaction_pad_to=pad_to)
+        module = _build_dense_module(torch, cfg, build_layout(cfg, plan, 2), torch.float32)
+        first = next(m for m in module.top.modules() if isinstance(m, torch.nn.Linear))
+        assert first.in_features == cfg.interaction_features == (14 if pad_to == 1 else 16)
+        modules.append(module)
+    plain, padded = modules
+    with torch.no_grad():  # the padded model gets the plain one's weights on every real column
+        for mine, ref in zip(padded.parameters(), plain.parameters(), strict=True):
+            mine.zero_()
+            mine[tuple(slice(0, n) for n in ref.shape)] = ref
+    gen = torch.Generator().manual_seed(1)
+    dense = torch.randn(4, 8, generator=gen)
+    sparse = {t: torch.randn(4, 8, generator=gen) for t in range(3)}
+    out_plain, out_padded = plain(dense, [], sparse), padded(dense, [], sparse)
+    assert out_plain.shape == out_padded.shape == (4, 1)
+    torch.testing.assert_close(out_plain, out_padded)
+    with torch.no_grad():  # and the check can fail: weights on the padding would change it, were it not zero
+        next(m for m in padded.top.modules() if isinstance(m, torch.nn.Linear)).weight[:, 14:] = 1.0
+    torch.testing.assert_close(out_plain, padded(dense, [], sparse))

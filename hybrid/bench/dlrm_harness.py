@@ -375,7 +375,9 @@ def _build_dense_module(torch: Any, config: DLRMConfig, layout: Layout, dtype: A
             n_feat = 1 + len(layout.dims)
             d0 = int(config.bottom_mlp[-1])
             top_in = d0 + (n_feat * (n_feat - 1) // 2 if self.dot else sum(layout.dims))
-            self.top = _mlp(nn, top_in, config.top_mlp, final_act=False)
+            # zero columns up to config.interaction_pad_to, as NVIDIA's dot-interaction kernels write them
+            self.pad = (-top_in) % int(config.interaction_pad_to) if self.dot else 0
+            self.top = _mlp(nn, top_in + self.pad, config.top_mlp, final_act=False)
             # created after the MLPs so the MLPs' random init does not depend on the placement
             self.dp = nn.ModuleList(
                 nn.EmbeddingBag(sum(int(config.tables[t].num_embeddings) for t in ts), dim, mode="sum",
@@ -397,7 +399,8 @@ def _build_dense_module(torch: Any, config: DLRMConfig, layout: Layout, dtype: A
                 inter = torch.bmm(z, z.transpose(1, 2))
                 n = z.shape[1]
                 li, lj = torch.tril_indices(n, n, offset=-1, device=z.device)
-                top_in = torch.cat([x, inter[:, li, lj]], dim=1)
+                pad = [x.new_zeros(x.shape[0], self.pad)] if self.pad else []
+                top_in = torch.cat([x, inter[:, li, lj], *pad], dim=1)
             else:
                 top_in = torch.cat([x, *ordered], dim=1)
             return self.top(top_in)
