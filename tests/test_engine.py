@@ -87,6 +87,13 @@ def test_overlapped_iterations_are_timed_by_the_busiest_stream():
     g = graph(15.0, True)
     g.add(1, "side comm", "prefetch", duration_us=9.0, kind="comm")
     assert simulate(g, overheads=NO).iteration_us == pytest.approx(39.0)
+    # on a CPU device (the host waits for each kernel) dispatch and compute share the cores: they add up
+    cpu = TaskGraph(1, overlap_iterations=True, synchronous_host=True)
+    cpu.kernel(0, "k", duration_us=10.0)
+    cpu.add(0, "comm", "exchange", duration_us=12.0, kind="comm")
+    r = simulate(cpu, overheads=Overheads(kernel_launch_us=5.0, framework_us=0.0))
+    assert r.iteration_us == pytest.approx(15.0)  # 5 us launch + 10 us kernel > 12 us network
+    assert r.info["bound_by"] == "rank 0 compute"
     # a graph compiled from the builder keeps the flag (and the engine's other entry point honours it)
     compiled = graph(15.0, True).compile()
     assert compiled.overlap_iterations

@@ -269,7 +269,9 @@ def resource_busy_us(graph: CompiledGraph, durations: np.ndarray) -> np.ndarray:
     """Per rank (rows) and resource (columns, :data:`RESOURCES`), the time (us) it is busy in one iteration: its
     GPU's (or CPU's) compute, every kernel on any of its streams, and the compute-stream share of collectives that
     compute cannot overlap with; its network, every collective on any of its communication streams (one NIC / fabric
-    port: exchanges on two streams share it); its host, every host node."""
+    port: exchanges on two streams share it); its host, every host node. A graph whose host waits for every
+    kernel (``synchronous_host``: a CPU device, whose cores run both) counts host and compute as one resource, the
+    compute column (the host column then 0)."""
     real = (graph.kind != SYNC) & (graph.rank >= 0)
     interfering = graph.interference if graph.interference is not None else np.zeros(len(graph), dtype=bool)
     col = np.full(len(graph), -1, dtype=np.int64)
@@ -279,6 +281,9 @@ def resource_busy_us(graph: CompiledGraph, durations: np.ndarray) -> np.ndarray:
     use = real & (col >= 0)
     busy = np.zeros((graph.n_ranks, len(RESOURCES)))
     np.add.at(busy, (graph.rank[use].astype(np.int64), col[use]), durations[use])
+    if graph.synchronous_host:  # one set of cores dispatches and computes: the two add up
+        busy[:, 0] += busy[:, 2]
+        busy[:, 2] = 0.0
     return busy
 
 
