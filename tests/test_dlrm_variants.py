@@ -174,6 +174,15 @@ def _gpu_bench():
     return mod
 
 
+def _mlperf_rows(**columns) -> pd.DataFrame:
+    """An MLPerf DLRM runs table (the benchmark's input format): list columns give one value per run, scalars are
+    shared; unnamed columns take one NVIDIA HugeCTR node of 8 GPUs at MLPerf's 55296 global batch."""
+    n = max(len(v) for v in columns.values() if isinstance(v, list))
+    base = {"org": "NVIDIA", "system": [chr(ord("a") + i) for i in range(n)], "nodes": 1, "acc_per_node": 8,
+            "global_batch_size": 55296, "median_ms_per_iteration": 1.0, "framework": "Merlin HugeCTR"}
+    return pd.DataFrame({k: v if isinstance(v, list) else [v] * n for k, v in {**base, **columns}.items()})
+
+
 def test_gpu_benchmark_scores_an_mlperf_table_and_counts_what_it_skips(shared_datasets, tmp_path, capsys):
     bench = _gpu_bench()
     v10 = pd.read_csv(shared_datasets / "mlperf" / "mlperf_training_v1.0_dlrm_runs.csv")
@@ -765,11 +774,8 @@ def test_gpu_benchmark_times_multi_node_hugectr_from_v1_1_as_overlapped_iteratio
     assert not bench.hugectr_overlapped("v1.0", 8, True)
     assert not bench.hugectr_overlapped("v2.1", 1, True)
     assert not bench.hugectr_overlapped("v2.1", 8, False)
-    rows = pd.DataFrame({
-        "mlperf_version": ["v1.0", "v2.1"], "org": ["NVIDIA"] * 2, "system": ["a", "b"],
-        "accelerator": ["NVIDIA A100-SXM4-80GB"] * 2, "nodes": [8, 8], "acc_per_node": [8, 8],
-        "global_batch_size": [71680, 71680], "median_ms_per_iteration": [0.95, 0.61],
-        "framework": ["Merlin HugeCTR"] * 2})
+    rows = _mlperf_rows(mlperf_version=["v1.0", "v2.1"], accelerator="NVIDIA A100-SXM4-80GB", nodes=8,
+                        global_batch_size=71680, median_ms_per_iteration=[0.95, 0.61])
     runs, _ = bench.map_mlperf(rows, catalog)
     cat = bench.with_node_systems(runs, catalog)
     key, graphs, cat = bench.build_graphs(runs, cat, 0.0)
@@ -804,11 +810,8 @@ def test_gpu_benchmark_gives_each_hugectr_round_its_submitted_hybrid_embedding_t
     assert single.count_threshold(55296, 8, 1) == pytest.approx(55296 * (2 * 0.03 / (m * (m - 1))) ** 0.5)  # 1.96
     four = HybridEmbedding(1.0, **bench.hugectr_hybrid_params("v2.1", 4, "H100-SXM5-80GB"))
     assert four.count_threshold(71680, 32, 4) == pytest.approx(4 * 23.75e9 / 1.3e11 * 4 / 3)  # 0.974, not 7.79
-    rows = pd.DataFrame({
-        "mlperf_version": ["v1.0", "v2.1"], "org": ["NVIDIA"] * 2, "system": ["a", "b"],
-        "accelerator": ["NVIDIA A100-SXM4-80GB"] * 2, "nodes": [1, 1], "acc_per_node": [8, 8],
-        "global_batch_size": [55296, 55296], "median_ms_per_iteration": [1.7, 1.5],
-        "framework": ["Merlin HugeCTR"] * 2})
+    rows = _mlperf_rows(mlperf_version=["v1.0", "v2.1"], accelerator="NVIDIA A100-SXM4-80GB",
+                        median_ms_per_iteration=[1.7, 1.5])
     runs, _ = bench.map_mlperf(rows, catalog)
     key, graphs, _ = bench.build_graphs(runs, catalog, 1.0)
     assert len(graphs) == 2  # the v2.1 run replicates fewer categories: fewer frequent rows in its dp lookups
@@ -832,11 +835,8 @@ def test_nvidia_implementations_pad_the_dot_interaction_to_aligned_rows(catalog)
             dlrm_variant("mlperf", interaction_pad_to=bad)
     # the GPU benchmark pads for the NVIDIA implementations (HugeCTR, NVIDIA's PyTorch DLRM) only
     bench = _gpu_bench()
-    rows = pd.DataFrame({
-        "mlperf_version": ["v2.1"] * 2, "org": ["NVIDIA", "X"], "system": ["a", "b"],
-        "accelerator": ["NVIDIA H100-SXM5-80GB"] * 2, "nodes": [1, 1], "acc_per_node": [8, 8],
-        "global_batch_size": [55296] * 2, "median_ms_per_iteration": [0.95, 1.0],
-        "framework": ["Merlin HugeCTR", "MXNet"]})
+    rows = _mlperf_rows(mlperf_version="v2.1", org=["NVIDIA", "X"], accelerator="NVIDIA H100-SXM5-80GB",
+                        framework=["Merlin HugeCTR", "MXNet"])
     runs, _ = bench.map_mlperf(rows, catalog)
     widths = [bench.run_config(r, catalog)[0].interaction_features for r in runs.itertuples(index=False)]
     assert widths == [480, 479]
@@ -855,12 +855,10 @@ def test_gpu_benchmark_prefetches_the_input_distribution_of_dcnv2_rounds(catalog
     ``data_dist`` stream beside the iteration; the one-hot rounds' trainers do not."""
     bench = _gpu_bench()
     assert bench.PREFETCH_INPUT_DIST_VARIANTS == ("mlperf-dcnv2",)
-    rows = pd.DataFrame({
-        "mlperf_version": ["v3.0", "v1.0"], "org": ["NVIDIA"] * 2, "system": ["a", "b"],
-        "accelerator": ["NVIDIA H100-SXM5-80GB", "NVIDIA A100-SXM4-80GB"], "nodes": [1, 1], "acc_per_node": [8, 8],
-        "global_batch_size": [55296, 55296], "median_ms_per_iteration": [1.0, 2.0],
-        "framework": ["PyTorch NVIDIA Release 23.04", "PyTorch NVIDIA Release 21.05"],
-        "benchmark": ["dlrm_dcnv2", "dlrm"]})
+    rows = _mlperf_rows(mlperf_version=["v3.0", "v1.0"],
+                        accelerator=["NVIDIA H100-SXM5-80GB", "NVIDIA A100-SXM4-80GB"],
+                        framework=["PyTorch NVIDIA Release 23.04", "PyTorch NVIDIA Release 21.05"],
+                        benchmark=["dlrm_dcnv2", "dlrm"])
     runs, _ = bench.map_mlperf(rows, catalog)
     assert list(runs["variant"]) == ["mlperf-dcnv2", "mlperf"]
     key, graphs, _ = bench.build_graphs(runs, catalog, 0.0)
