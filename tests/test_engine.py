@@ -94,6 +94,18 @@ def test_overlapped_iterations_are_timed_by_the_busiest_stream():
     r = simulate(cpu, overheads=Overheads(kernel_launch_us=5.0, framework_us=0.0))
     assert r.iteration_us == pytest.approx(15.0)  # 5 us launch + 10 us kernel > 12 us network
     assert r.info["bound_by"] == "rank 0 compute"
+    # the critical path and the phases describe one iteration's schedule (26 us on rank 1), not the steady state
+    g = TaskGraph(2, overlap_iterations=True)
+    g.phase = "x"
+    for rank in range(2):
+        a = g.add(rank, "compute", "a", duration_us=10.0)
+        c = g.add(rank, "comm", "exchange", duration_us=6.0 * (1 + rank), kind="comm", deps=[a])
+        g.add(rank, "compute", "b", duration_us=4.0, deps=[c])
+    r = simulate(g, overheads=NO)
+    assert r.schedule_us == pytest.approx(26.0) and r.iteration_us == pytest.approx(14.0)
+    assert sum(r.critical_path_summary().values()) == pytest.approx(26.0)
+    phases = r.phase_times(steady_state=True)
+    assert (phases.to_numpy() >= 0).all() and phases["x"].max() == pytest.approx(26.0)
     # a graph compiled from the builder keeps the flag (and the engine's other entry point honours it)
     compiled = graph(15.0, True).compile()
     assert compiled.overlap_iterations

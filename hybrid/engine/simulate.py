@@ -152,13 +152,20 @@ class SimResult:
         path.reverse()
         return [p for p in path if g.kind[p] != SYNC]
 
+    @property
+    def schedule_us(self) -> float:
+        """Length (us) of the one-iteration schedule: ``iteration_us``, except for a graph of overlapped iterations,
+        whose steady state is shorter than the schedule of one iteration (``info["single_iteration_us"]``)."""
+        return float(self.info.get("single_iteration_us", self.iteration_us))
+
     def critical_path_summary(self) -> dict[str, float]:
-        """Time on the critical path by node kind (compute / comm / cpu) and the waiting in between."""
+        """Time on the critical path by node kind (compute / comm / cpu) and the waiting in between; they sum to
+        :attr:`schedule_us` (one iteration's schedule, also for overlapped iterations)."""
         path = self.critical_path()
         out = {k: 0.0 for k in KINDS if k != "sync"}
         for p in path:
             out[KINDS[self.graph.kind[p]]] += float(self.durations[p])
-        out["gaps"] = max(0.0, self.iteration_us - sum(out.values()))
+        out["gaps"] = max(0.0, self.schedule_us - sum(out.values()))
         return out
 
     def nodes(self) -> pd.DataFrame:
@@ -216,11 +223,11 @@ class SimResult:
         ends = np.zeros((R, len(top)))
         np.maximum.at(ends, (g.rank[keep].astype(np.int64), pos[keep]), self.finish[keep])
         if host_clock and top:
-            ends[:, -1] = self.iteration_us
+            ends[:, -1] = self.schedule_us
         ends = np.maximum.accumulate(ends, axis=1)
         out = pd.DataFrame(np.diff(ends, axis=1, prepend=0.0), columns=top)
-        if steady_state and top:
-            out[top[0]] += self.iteration_us - ends[:, -1]
+        if steady_state and top:  # (overlapped iterations: the phases of one iteration's schedule, not interleaved)
+            out[top[0]] += self.schedule_us - ends[:, -1]
         own_ready = np.zeros(len(g))
         not_sync_edge = g.kind[g.edges_src] != SYNC
         np.maximum.at(own_ready, g.own_dst[not_sync_edge], self.finish[g.edges_src[not_sync_edge]])
