@@ -106,6 +106,8 @@ def test_overlapped_iterations_are_timed_by_the_busiest_stream():
     assert sum(r.critical_path_summary().values()) == pytest.approx(26.0)
     phases = r.phase_times(steady_state=True)
     assert (phases.to_numpy() >= 0).all() and phases["x"].max() == pytest.approx(26.0)
+    row = r.breakdown.loc[0]  # compute + exposed comm + idle = the one-iteration schedule (rank 0 idles 6 us)
+    assert row["compute_us"] + row["exposed_comm_us"] + row["idle_us"] == pytest.approx(26.0)
     # a graph compiled from the builder keeps the flag (and the engine's other entry point honours it)
     compiled = graph(15.0, True).compile()
     assert compiled.overlap_iterations

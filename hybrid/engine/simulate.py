@@ -344,7 +344,9 @@ def simulate_durations(graph: CompiledGraph, durations: np.ndarray) -> SimResult
         "comm_us": comm_u,
         "exposed_comm_us": busy_u - compute_u,
         "overlapped_comm_us": comm_u - (busy_u - compute_u),
-        "idle_us": np.maximum(iteration - busy_u, 0.0),
+        # (of the one-iteration schedule, so that compute + exposed comm + idle is its length; for overlapped
+        # iterations that is the single iteration's, ``info["single_iteration_us"]``, not the steady state's)
+        "idle_us": np.maximum(float(info.get("single_iteration_us", iteration)) - busy_u, 0.0),
         "host_us": host,
         "collective_wait_us": wait,
         "kernels": np.bincount(rank[comp], minlength=R),
