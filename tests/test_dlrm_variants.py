@@ -14,7 +14,7 @@ import pytest
 
 from hybrid.engine.overheads import Overheads
 from hybrid.engine.simulate import simulate
-from hybrid.errors import InvalidInputError
+from hybrid.errors import InvalidInputError, WorkloadWarning
 from hybrid.sharding.heuristics import size_lookup_greedy
 from hybrid.workloads.dlrm import DLRMConfig
 from hybrid.workloads.dlrm_graph import build_dlrm_graph
@@ -830,6 +830,8 @@ def test_nvidia_implementations_pad_the_dot_interaction_to_aligned_rows(catalog)
     assert padded.mlp_layers()[len(padded.bottom_mlp)] == ("top0", 480, 1024)
     assert DLRMConfig.from_dict(padded.to_dict()).interaction_features == 480  # the round trip keeps it
     assert "interaction_pad_to" not in plain.to_dict()
+    with pytest.warns(WorkloadWarning, match="interaction_pad_to applies to interaction: dot only"):
+        assert dlrm_variant("mlperf-dcnv2", interaction_pad_to=8).interaction == "dcn"
     for bad in (0, -8, 2.5, "x", 10**6):
         with pytest.raises(InvalidInputError, match="interaction_pad_to"):
             dlrm_variant("mlperf", interaction_pad_to=bad)

@@ -449,7 +449,8 @@ def run_config(r: Any, catalog: Catalog) -> tuple[Any, str | None, Catalog]:
                        embedding_dtype=r.embedding_dtype, embedding_placement="auto",
                        bottom_mlp_placement=r.bottom, grad_scaler=bool(scaler) and not pd.isna(scaler),
                        lookup_output_dtype=lookup_dtype if isinstance(lookup_dtype, str) and lookup_dtype else None,
-                       interaction_pad_to=INTERACTION_PAD_BY_FAMILY.get(str(r.family), 1))
+                       interaction_pad_to=(INTERACTION_PAD_BY_FAMILY.get(str(r.family), 1)
+                                           if dlrm_variant(r.variant).interaction == "dot" else None))
     return cfg, stand_in, cat
 
 

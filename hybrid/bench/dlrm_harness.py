@@ -375,8 +375,8 @@ def _build_dense_module(torch: Any, config: DLRMConfig, layout: Layout, dtype: A
             n_feat = 1 + len(layout.dims)
             d0 = int(config.bottom_mlp[-1])
             top_in = d0 + (n_feat * (n_feat - 1) // 2 if self.dot else sum(layout.dims))
-            # zero columns up to config.interaction_pad_to, as NVIDIA's dot-interaction kernels write them
-            self.pad = (-top_in) % int(config.interaction_pad_to) if self.dot else 0
+            # zero columns up to the config's padded width (interaction_pad_to), as NVIDIA's dot kernels write them
+            self.pad = int(config.interaction_features) - top_in if self.dot else 0
             self.top = _mlp(nn, top_in + self.pad, config.top_mlp, final_act=False)
             # created after the MLPs so the MLPs' random init does not depend on the placement
             self.dp = nn.ModuleList(

@@ -567,6 +567,11 @@ class DLRMConfig:
         config = cls(tables=tuple(tables), plan=ShardingPlan.from_dict(plan) if plan is not None else None,
                      extra=extra, **kwargs)
         config.warn_unusual()
+        if config.interaction != "dot" and (data.get("interaction_pad_to") or overrides.get("interaction_pad_to")):
+            import warnings
+
+            warnings.warn(f"interaction_pad_to applies to interaction: dot only; with interaction: "
+                          f"{config.interaction} it is ignored", WorkloadWarning, stacklevel=2)
         if config.interaction != "dcn":  # the document's own keys (a variant's are its own business)
             import warnings
 
