@@ -62,6 +62,13 @@ WRITE_ONLY_HELPERS = frozenset(
     "fill fill_ zero zero_ zeros zeros_like ones ones_like full full_like new_zeros new_ones new_full new_empty "
     "empty empty_like arange linspace logspace random random_ uniform uniform_ normal normal_ bernoulli bernoulli_ "
     "rand randn randint exponential_ geometric_ cauchy_ log_normal_".split())
+#: Backwards of indexing ops (base names) that PyTorch writes as a zero-filled gradient and one write into it (a copy
+#: into a view, a scatter, an index fill): composites whatever one call's self share says, so always looked into. A
+#: step calls some of them once, and one call descheduled between its helpers (``trace_backward``: 613 against
+#: ~200 us on a loaded CI machine) looked like a kernel of its own: one unmodelled unit, 0 us on another device.
+ZERO_FILLED_COMPOSITES = frozenset(
+    "slice_backward select_backward diagonal_backward unfold_backward trace_backward "
+    "value_selecting_reduction_backward gather_backward index_select_backward masked_select_backward".split())
 
 
 def ops_by_depth(depth: np.ndarray) -> list[np.ndarray]:
@@ -303,6 +310,8 @@ def trace_units(trace: RankTrace, peer_self_shares: dict[str, float] | None = No
     mapped = _map_all(names, ops["dims"].to_numpy(), ops["types"].to_numpy(), ops["out_dims"].to_numpy(),
                       ops["extra"].to_numpy(), n_children == 0, transparent, group_size)
     view_named = np.fromiter((_view_named(x) for x in names), dtype=bool, count=n)
+    zero_filled = np.isin(np.fromiter((base_name(x) for x in names), dtype=object, count=n),
+                          list(ZERO_FILLED_COMPOSITES))
     is_mapped = np.fromiter((m is not None for m in mapped), dtype=bool, count=n)
     # does an op's subtree hold anything the families cost? ... or work nobody models (a leaf that is neither
     # mapped nor a view)? Children pass it up, deepest level first.
@@ -393,7 +402,7 @@ def trace_units(trace: RankTrace, peer_self_shares: dict[str, float] | None = No
             # between its children (the only call of ``cross_entropy_loss`` in a step, 460 of its 520 us) made it
             # one unmodelled unit, priced at 0 on another device with the softmax and gather it calls
             own = (self_share[i] > 0.5 and is_aten[i] and not view_named[i] and not forwards[i]
-                   and not computes[i])
+                   and not computes[i] and not zero_filled[i])
             if (costed[i] and not own) or (opaque[i] and not is_aten[i]):
                 if costed[i] and is_aten[i] and not view_named[i]:
                     inside.append(i)  # its time outside its children is accounted (own_time), not lost

@@ -1381,17 +1381,6 @@ def map_op(name: str, dims: Sequence[Any], types: Sequence[Any], out_dims: Seque
         # the sum of a matrix's diagonal: min(m, n) values read (strided), one written
         k = min(tdims[0])
         return _elementwise("reduction", "sum", 1.0, [[k]], [[]], dtype, False)
-    if plain == "trace_backward":
-        # the matrix gradient: zeros of the input's [m, n] with the output's gradient on the diagonal (a composite
-        # of a fill and an index fill; mapped whole, since its one call per step, descheduled between its helpers,
-        # looked like a kernel of its own nobody prices). The sizes: the output (an execution trace) or the
-        # concrete ``sizes`` argument (a Kineto trace)
-        sizes = out_dims[0] if out_dims and isinstance(out_dims[0], list) else _ints(_concrete(extra, 1))
-        if len(sizes) == 2 and numel(sizes) > 0:
-            n = numel(sizes)
-            return OpMapping("op", "elementwise", {"op": "elementwise", "elements": int(n), "variant": "copy",
-                                                   "n_inputs": round(min(sizes) / n, 4), "n_outputs": 1.0,
-                                                   "flops_per_element": 0.0, "dtype": dtype})
     if plain in CONCAT_OPS and dims and isinstance(dims[0], list) and dims[0] and all(_is_shape(x) for x in dims[0]):
         # a TensorList joined into one new tensor: every input element read once and written once (one kernel)
         total = numel(dims[0])
