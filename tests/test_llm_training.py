@@ -542,7 +542,9 @@ def test_search_space_adds_cp_ep_fsdp_and_keeps_the_old_space():
     full = _space(dense, 16, 64)
     old = _space(dense, 16, 64, max_cp=1, fsdp=False, expert_parallel=False)
     assert full["cp"].max() > 1 and full["fsdp"].any() and (full["ep"] == 1).all()  # dense: no EP
-    assert not (full["fsdp"] & full["distopt"]).any() and (full.loc[full["fsdp"], "dp"] > 1).all()
+    assert not (full["fsdp"] & full["distopt"]).any()
+    sharded = full["fsdp"] | full["distopt"]
+    assert (full.loc[sharded, "dp"] * full.loc[sharded, "cp"] > 1).all()
     assert (full["tp"] * full["pp"] * full["cp"] * full["dp"] == 16).all()
     assert (2048 % (2 * full.loc[full["cp"] > 1, "cp"]) == 0).all() and full["cp"].max() <= 8
     sub = full[(full["cp"] == 1) & (full["ep"] == 1) & ~full["fsdp"]].reset_index(drop=True)
@@ -552,6 +554,26 @@ def test_search_space_adds_cp_ep_fsdp_and_keeps_the_old_space():
     assert ex["ep"].max() > 1
     assert (moe.num_experts % ex["ep"] == 0).all() and ((ex["dp"] * ex["cp"]) % ex["ep"] == 0).all()
     assert (_space(moe, 16, 64, expert_parallel=False)["ep"] == 1).all()
+
+
+def test_search_shards_optimizer_states_over_context_parallel_ranks_without_dp():
+    # Megatron-Core's distributed optimizer (and FSDP) shard over the DP x CP group: dp 1 with cp 2 still halves
+    # the 12 bytes of fp32 master + Adam moments; the search had left these mappings out (it asked for dp > 1)
+    model = load_model("mpt-30b")
+    space = _space(model, 16, 1)
+    assert (space["dp"] == 1).all()  # a global batch of 1: no data parallelism at all
+    cp_sharded = space[(space["cp"] > 1) & (space["distopt"] | space["fsdp"])]
+    assert cp_sharded["distopt"].any() and cp_sharded["fsdp"].any()
+    base = search_base(16, 1, seq_length=32768, dropout=False)
+    res = search(model, base, "DGX-H100", top=100_000, engine_top=0, max_cp=2, fsdp=False)
+    row = res[(res["tp"] == 8) & (res["cp"] == 2) & res["distopt"] & (res["mb"] == 1)].iloc[0]
+    cfg = mapping_config(base, row)
+    mem, _ = memory_only(model, cfg, "DGX-H100")
+    plain, _ = memory_only(model, cfg.with_(distributed_optimizer=False), "DGX-H100")
+    assert row["memory_gib"] == pytest.approx(mem.total[0] / GIB, rel=1e-9)
+    # 12 B/param over the 2 CP ranks: 6 of its 18 bytes per parameter saved
+    assert plain.optimizer[0] == pytest.approx(2 * mem.optimizer[0], rel=1e-12)
+    assert not plain.fits[0] and mem.fits[0]
 
 
 def test_search_costs_expert_parallel_mappings_for_mixtral():

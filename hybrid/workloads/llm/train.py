@@ -350,7 +350,8 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
     ring), FlashAttention only (1 disables CP). EP: MoE models only, degrees dividing the number of experts and
     the DP x CP group (the ranks experts are spread over, as ``train`` checks), with SP where TP > 1 too (as
     Megatron-core requires). Optimizer states: replicated,
-    the distributed optimizer (ZeRO-1) or, with ``fsdp``, FSDP / ZeRO-3 (both need DP > 1).
+    the distributed optimizer (ZeRO-1) or, with ``fsdp``, FSDP / ZeRO-3 (both need DP x CP > 1: they shard over
+    the data-parallel group with context parallelism).
     """
     G = base.gpus
     L = model.num_layers
@@ -384,7 +385,9 @@ def candidate_mappings(model: TransformerConfig, base: TrainingConfig, tgt: Targ
     nm = base.global_batch // (mb * d)
     ok &= (v == 1) | ((p > 1) & (L % (p * v) == 0) & (nm % p == 0))
     ok &= ~sp | ((t > 1) & ((s // c) % t == 0))  # SP splits each CP rank's tokens over TP
-    ok &= (opt == "none") | (d > 1)
+    # the distributed optimizer and FSDP shard over the DP x CP group (Megatron-Core's data-parallel group with
+    # context parallelism; memory_per_rank and the gradient collectives count it so): CP ranks alone shard too
+    ok &= (opt == "none") | (d * c > 1)
     ok &= (d * c) % e == 0
     # Megatron-core refuses expert parallelism beside tensor parallelism without SP (ModelParallelConfig:
     # "When using expert parallelism and tensor parallelism, sequence parallelism must be used")
