@@ -101,6 +101,31 @@ def test_model_states_18_bytes_and_distributed_optimizer():
     assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(16 * P / 8, rel=1e-6)
 
 
+def test_tp_ranks_hold_norms_biases_routers_and_mla_down_projections_whole(gpt175):
+    """Megatron splits the QKV / output / MLP / expert weights over TP but every rank holds the layer norms, the
+    biases added after a row-parallel all-reduce (output projection, fc2), a MoE router and MLA's down-projections
+    (``TELinear``, duplicated) whole. They were divided by TP like the rest: GPT-3 175B's first stage at tp 8 pp 8
+    lost 12 x 5.25 h parameters (0.03%), DeepSeek-V3 at tp 8 ep 64 1.68 GiB of its 8.05 GiB of weights."""
+    h, t = 12288, 8
+    mem, _ = memory_only(gpt175, _cfg(sp=True), "DGX-A100")
+    # 12 layers: 12 h^2 weights and QKV + fc1 biases 7 h split, 2 LayerNorms (4 h) + proj and fc2 biases (2 h) whole
+    layer = (12 * h * h + 7 * h) / t + 6 * h
+    first = 12 * layer + 51200 * h / t + 2048 * h  # + vocab-parallel word embedding, whole position table
+    assert mem.weights[0] == pytest.approx(2 * first, rel=1e-12)
+    ds = load_model("deepseek-v3")
+    cfg = TrainingConfig(gpus=512, global_batch=512, tp=8, ep=64, sp=True, distributed_optimizer=True)
+    from hybrid.workloads.llm.costing import mappings_frame, stage_params
+
+    got = stage_params(ds, cfg, mappings_frame(cfg))["layers"][0]
+    c = ds.param_counts()
+    routed = 58 * 256 * 3 * 7168 * 2048
+    # whole per layer: q_a 7168 x 1536, kv_a 7168 x (512 + 64), their RMSNorms 1536 + 512, two layer RMSNorms;
+    # + the router (7168 x 256) in the 58 MoE layers
+    whole_layer = 7168 * 1536 + 7168 * 576 + 1536 + 512 + 2 * 7168
+    whole = 61 * whole_layer + 58 * 7168 * 256
+    assert got == pytest.approx((c["layers_total"] - routed - whole) / 8 + whole + routed / (8 * 64), rel=1e-12)
+
+
 def test_gradients_reduced_in_16_bit_keep_fp32_main_grads_in_the_optimizer():
     """Megatron-LM's distributed-optimizer table (docs/source/api-guide/dist_optimizer.md), bytes per parameter:
     float16 param with float16 grads 20 (4 + 16/d sharded), with fp32 grads 18 (6 + 12/d), fp32 16 (8 + 8/d). A
@@ -1235,9 +1260,11 @@ def test_tp_above_the_kv_heads_counts_replicated_kv_heads_in_memory(capsys, tmp_
     # weights: K and V of one head per rank (2 x 1024 x 64 per layer) instead of 2 x 1024 x 128 / 8
     c = model.param_counts()
     p8 = stage_params(model, cfg, mappings_frame(cfg))["layers"][0]
-    assert p8 == pytest.approx(c["layers_total"] / 8 + 2 * (2 * 1024 * 64 - 2 * 1024 * 128 / 8))
+    norms = 2 * 2 * 1024  # two RMSNorms per layer, whole on every TP rank
+    assert p8 == pytest.approx((c["layers_total"] - norms) / 8 + norms + 2 * (2 * 1024 * 64 - 2 * 1024 * 128 / 8))
     cfg2 = cfg.with_(tp=2, gpus=2, global_batch=2)  # TP divides the KV heads: split as before
-    assert stage_params(model, cfg2, mappings_frame(cfg2))["layers"][0] == pytest.approx(c["layers_total"] / 2)
+    assert stage_params(model, cfg2, mappings_frame(cfg2))["layers"][0] == pytest.approx(
+        (c["layers_total"] - norms) / 2 + norms)
     # the memory's per-rank K width is the costed QKV GEMM's: (16/8 + 2 x 1) heads of 64 columns
     ops = predict_training(model, cfg, "DGX-H100", engine=False).ops
     fwd = ops[(ops["op"] == "linear") & (ops["direction"] == "fwd") & (ops["k"] == 1024)]
@@ -1369,16 +1396,18 @@ def test_a_bare_cpu_device_prices_its_collectives_on_its_gloo_system(monkeypatch
 
 def test_a_refusal_names_the_knobs_that_make_the_job_fit(capsys):
     """GPT-3 175B, tp 8 pp 8, micro-batch 4 on 80 GB A100s needs 168 GiB; by hand (FlashAttention, no SP, 18 B per
-    parameter of the first stage's 2.822e9 = 47.3 GiB, + 3 GiB reserve): micro-batch 1 keeps 8 microbatches x 12
-    layers of sbh(10 + 24/8) = 327 MB = 29.25 GiB + 8 embedding dropout masks (0.19 GiB) -> 79.74 GiB; full
+    parameter of the first stage's 2.8227e9 = 47.3 GiB (the norms and row-parallel biases whole on every TP rank),
+    + 3 GiB reserve): micro-batch 1 keeps 8 microbatches x 12 layers of sbh(10 + 24/8) = 327 MB = 29.25 GiB + 8
+    embedding dropout masks (0.19 GiB) -> 79.76 GiB; full
     recomputation at micro-batch 4 keeps 2sbh x 96 layers (18.0 GiB) + one layer being recomputed (1.22 GiB) + the
-    masks (0.75 GiB) -> 70.28 GiB. Sequence parallelism or the distributed optimizer alone do not make it fit."""
+    masks (0.75 GiB) -> 70.29 GiB. Sequence parallelism or the distributed optimizer alone do not make it fit."""
     from hybrid.workloads.llm.train import memory_remedies
 
     model = load_model("gpt3-175b")
     s, h, t, b = 2048, 12288, 8, 4
     cfg = TrainingConfig(gpus=512, global_batch=512, tp=8, pp=8, micro_batch=b)
-    states = 18 * 2.821957632e9 + 3 * GIB
+    # 12 layers of (12 h^2 + 7 h) / 8 split + 6 h whole, vocabulary-parallel embedding, whole position table
+    states = 18 * (12 * ((12 * h * h + 7 * h) / t + 6 * h) + 51200 * h / t + 2048 * h) + 3 * GIB
     one = states + s * h * (10 + 24 / t) * 96 + s * h * 8
     full = states + 2 * s * b * h * 96 + s * b * h * (10 + 24 / t) + s * b * h * 8
     fixes = memory_remedies(model, cfg, "DGX-A100")
@@ -1389,7 +1418,7 @@ def test_a_refusal_names_the_knobs_that_make_the_job_fit(capsys):
     job = ["gpt3-175b", "--system", "DGX-A100", "--gpus", "512", "--tp", "8", "--pp", "8", "--global-batch", "512"]
     assert main(["llm", "train", *job, "--micro-batch", "4"]) == 2
     err = capsys.readouterr().err
-    assert "it fits with --micro-batch 1 (79.7 GiB) or --recompute full (70.3 GiB)" in err
+    assert "it fits with --micro-batch 1 (79.8 GiB) or --recompute full (70.3 GiB)" in err
     assert main(["llm", "memory", *job, "--micro-batch", "4", "--json"]) == 0
     assert [f["flags"] for f in json.loads(capsys.readouterr().out)["fits_with"]] == ["--micro-batch 1",
                                                                                     "--recompute full"]

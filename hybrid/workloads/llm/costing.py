@@ -413,8 +413,9 @@ def kv_replication_note(model: TransformerConfig, tp: int) -> str:
 def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame) -> dict[str, np.ndarray]:
     """Parameters held by one rank of the most loaded stage, per mapping (before DP/FSDP sharding).
 
-    ``layers``: transformer-layer parameters per rank (dense parts / TP, experts / (TP x EP); KV projections of
-    heads replicated when TP exceeds the KV heads, :func:`kv_width_split`);
+    ``layers``: transformer-layer parameters per rank (dense parts / TP, experts / (TP x EP), the norms, row-parallel
+    biases, routers and MLA down-projections whole on every TP rank, :meth:`TransformerConfig.tp_replicated_params`;
+    KV projections of heads replicated when TP exceeds the KV heads, :func:`kv_width_split`);
     ``first``/``last``: embedding (+ positions) on the first stage, output layer (or the tied copy) on the last;
     ``middle``: the heaviest stage between them (0 with fewer than 3 stages); ``max``: the heaviest of all.
     """
@@ -430,7 +431,11 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
     kv_extra = 2.0 * (kv_width_split(model, t) - model.kv_width)
     kv_extra = kv_extra * (model.hidden_size + (1 if model.add_bias_linear or model.add_qkv_bias else 0))
     non_expert = c["layers_total"] - expert_total + model.num_layers * kv_extra
-    layers = (non_expert / t + expert_total / (t * ep)) / pp
+    # norms, row-parallel biases, MLA down-projections, routers: whole on every TP rank, not split
+    rep = model.tp_replicated_params()
+    replicated = (model.num_layers * rep["attention"] + model.num_dense_layers * rep["dense_mlp"]
+                  + model.num_moe_layers * rep["moe"])
+    layers = ((non_expert - replicated) / t + replicated + expert_total / (t * ep)) / pp
     V = padded_vocab_vec(model, cfg, t)
     h = model.hidden_size
     emb = V * h / t + c["position_embedding"]
@@ -441,7 +446,7 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
     out = out + c["final_norm"] + c["head"]  # (an encoder's replicated pooler and MLM head transform)
     experts = expert_total / (t * ep) / pp
     if model.is_moe and 0 < model.num_moe_layers < model.num_layers and (pp > 1).any():
-        return _uneven_stage_params(model, m, c, kv_extra, layers, experts, emb, out)
+        return _uneven_stage_params(model, m, c, kv_extra, layers, experts, emb, out, rep)
     first = layers + emb + np.where(pp > 1, 0.0, out)
     last = layers + out
     return {"layers": layers, "first": first, "last": np.where(pp > 1, last, first),
@@ -450,8 +455,8 @@ def stage_params(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFrame)
 
 
 def _uneven_stage_params(model: TransformerConfig, m: pd.DataFrame, c: dict[str, int], kv_extra: np.ndarray,
-                         layers: np.ndarray, experts: np.ndarray, emb: np.ndarray, out: np.ndarray
-                         ) -> dict[str, np.ndarray]:
+                         layers: np.ndarray, experts: np.ndarray, emb: np.ndarray, out: np.ndarray,
+                         rep: dict[str, int]) -> dict[str, np.ndarray]:
     """:func:`stage_params` of a model with dense and MoE layers: pipeline ranks hold different numbers of MoE
     layers (``TransformerConfig.moe_layers_per_rank``; DeepSeek's dense first layers sit on rank 0), so the most
     loaded rank is the one with the most parameters, the embedding's and output layer's included, not the mean
@@ -462,8 +467,10 @@ def _uneven_stage_params(model: TransformerConfig, m: pd.DataFrame, c: dict[str,
     ep = m["ep"].to_numpy(np.float64)
     attn = c["attention_per_layer"] + c["norms_per_layer"] + kv_extra
     routed = int(model.num_experts) * model._mlp_params(int(model.moe_ffn_hidden_size))  # noqa: SLF001
-    dense_layer = (attn + c["mlp_per_layer"]) / t
-    moe_layer = (attn + c["moe_per_layer_total"] - routed) / t + routed / (t * ep)
+    # the parts every TP rank holds whole (TransformerConfig.tp_replicated_params) beside the split rest
+    rep_dense, rep_moe = rep["attention"] + rep["dense_mlp"], rep["attention"] + rep["moe"]
+    dense_layer = (attn + c["mlp_per_layer"] - rep_dense) / t + rep_dense
+    moe_layer = (attn + c["moe_per_layer_total"] - routed - rep_moe) / t + rep_moe + routed / (t * ep)
     layers, experts = layers.copy(), experts.copy()
     first, last, most, middle = np.zeros(len(m)), np.zeros(len(m)), np.zeros(len(m)), np.zeros(len(m))
     for p_, v_ in {(int(a), int(b)) for a, b in zip(pp, vp, strict=True)}:

@@ -521,6 +521,34 @@ class TransformerConfig:
             "active": layers_active + other,
         }
 
+    def tp_replicated_params(self) -> dict[str, int]:
+        """Parameters of one layer that every tensor-parallel rank holds whole (Megatron-LM / Megatron-Core): the
+        layer norms, the biases added after a row-parallel GEMM's all-reduce (output projection, MLP down
+        projection), per-head q/k norms (weighted over the head dim), MLA's down-projections with their norms and
+        biases (``parallel_mode="duplicated"``, as :mod:`~hybrid.workloads.llm.layer_ops` costs them), a MoE layer's
+        router and shared-expert gate. ``attention``: the attention block's and the layer's norms (every layer);
+        ``dense_mlp``: a dense MLP's; ``moe``: a MoE layer's (besides the routed experts, which are split over
+        TP x EP). Everything else of a layer is split over TP."""
+        h, d = self.hidden_size, self.head_dim
+        n_norms = (self.parallel_attn_norms if self.parallel_attn else 2) + (2 if self.sandwich_norm else 0)
+        attention = n_norms * self._norm_params()
+        if self.add_attn_out_bias or (self.add_bias_linear and not self.is_mla):
+            attention += h
+        if self.is_mla:
+            ql, kvl, rope = self.q_lora_rank or 0, int(self.kv_lora_rank), int(self.qk_pos_emb_head_dim)  # type: ignore[arg-type]
+            attention += h * ql + h * (kvl + rope) + ql + kvl + ((ql + kvl + rope) if self.add_qkv_bias else 0)
+        elif (self.qk_layernorm and self.qk_layernorm_affine and self.norm_affine
+              and not self.qk_layernorm_full_width):
+            bias = self.normalization == "LayerNorm" and self.norm_bias and self.qk_layernorm_bias
+            attention += 2 * d * (2 if bias else 1)
+        mlp_out_bias = h if (self.add_bias_linear or self.add_mlp_bias) else 0
+        moe = 0
+        if self.is_moe:
+            moe = h * int(self.num_experts)  # type: ignore[arg-type]
+            if self.moe_shared_expert_intermediate_size:
+                moe += (h if self.moe_shared_expert_gate else 0) + mlp_out_bias
+        return {"attention": attention, "dense_mlp": mlp_out_bias, "moe": moe}
+
     @property
     def num_params(self) -> int:
         """Total parameters (all experts)."""
