@@ -60,6 +60,27 @@ def test_activation_memory_matches_korthikanti_by_hand(gpt175):
     assert mem.activations[0] == pytest.approx(2 * s * b * h * L + one_layer + s * b * h * 8, rel=1e-9)
 
 
+def test_parallel_attention_layers_store_their_shared_input_once():
+    """GPT-J (one norm) and GPT-NeoX / Falcon (two norms on the same input) feed both blocks from one tensor;
+    autograd saves it once. GPT-J 6B per token and layer (no dropout, FlashAttention, h = q = kv = 4096, GELU
+    f = 4h): norm input 2h + the shared QKV / MLP input 2h + Q, K 4h + V 2h + output-projection input 2h + MLP
+    2f + 2f = 28h (30h when the shared tensors were counted per reader); with TP 4, no SP: 4h + 24h / 4; two
+    norms (Falcon-180B's layout) add one block input: 2h + 4h + the split part."""
+    from hybrid.workloads.llm.memory import activation_bytes_per_token
+
+    gptj = load_model("gptj-6b")
+    h = 4096
+    cfg = TrainingConfig(gpus=8, global_batch=8)
+    for t, expected in ((1, 28 * h), (4, 4 * h + 24 * h / 4)):
+        stored, full = activation_bytes_per_token(gptj, cfg, np.array([float(t)]), np.array([False]),
+                                                  np.array(["none"]), 2048)
+        assert stored[0] == pytest.approx(expected, rel=1e-12) and full[0] == pytest.approx(expected, rel=1e-12)
+    falcon = load_model("falcon-180b")
+    h, q, kv, f = 14848, 14848, 512, 59392
+    stored, _ = activation_bytes_per_token(falcon, cfg, np.array([8.0]), np.array([True]), np.array(["none"]), 2048)
+    assert stored[0] == pytest.approx((2 * h + 4 * h + 2 * q + 2 * kv + 2 * kv + 2 * q + 4 * f) / 8, rel=1e-12)
+
+
 def test_interleaving_raises_in_flight_activations_by_korthikanti_factor(gpt175):
     base = _cfg(sp=True, recompute="selective", global_batch=64)
     one, _ = memory_only(gpt175, base, "DGX-A100")

@@ -15,7 +15,9 @@ the masks): layer norms 4h, QKV input 2h, Q and K 2q + 2kv, V 2kv, output-projec
 mask h, MLP input 2h, activation input 2f (4f gated) and output 2f, MLP dropout mask h. The ``5 a s`` score
 term (softmax output 2, dropout mask 1, dropout output 2) is absent with FlashAttention and with selective
 recomputation. Of these, with TP and no SP, the norms, the QKV and MLP inputs and the two dropout masks
-(10h for MHA) are replicated on every TP rank; the rest is split. When TP exceeds the KV heads, each rank
+(10h for MHA) are replicated on every TP rank; the rest is split. A parallel-attention layer (GPT-J, GPT-NeoX,
+Falcon) feeds one input to both blocks: its norms' input is stored once (2h), and with a single norm so is the
+QKV / MLP input (2h for both; 4h with two norms). When TP exceeds the KV heads, each rank
 holds whole K/V heads (``ceil(kv_heads / t)`` of them, replicated), not ``kv / t`` columns.
 
 In flight on the first pipeline stage (Korthikanti eq. 5, Narayanan et al. 2021): 1F1B holds ``min(pp, m)``
@@ -63,7 +65,13 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
     f = model.ffn_hidden_size
     a = model.num_attention_heads
     mask = 1.0 if cfg.uses_dropout(model) else 0.0
-    n_norms = model.parallel_attn_norms if model.parallel_attn else 2
+    if model.parallel_attn:
+        # both blocks read the layer's input (one norm: the same norm output too); autograd saves a tensor that
+        # several ops read once: the norms' input 2h once, the QKV and MLP inputs 2h (one norm) or 4h (two)
+        norm_inputs = 2.0 * h
+        block_inputs = 2.0 * h * (1 if model.parallel_attn_norms == 1 else 2)
+    else:
+        norm_inputs, block_inputs = 4.0 * h, 4.0 * h  # two norms' inputs, the QKV and MLP inputs
     if model.is_moe:
         k = model.moe_router_topk
         fm = model.moe_ffn_hidden_size
@@ -72,7 +80,7 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
         mlp_split = (1 - frac) * ((4 if model.gated else 2) * f + 2 * f) + frac * mlp_split_moe
     else:
         mlp_split = (4 if model.gated else 2) * f + 2 * f
-    replicated = 2.0 * h * n_norms + 2 * h + mask * h + 2 * h + mask * h + latent  # norms, inputs, masks, latents
+    replicated = norm_inputs + block_inputs + 2 * mask * h + latent  # norms, QKV / MLP inputs, masks, latents
     split = (2 * q + 2 * kv) + 2 * kv + 2 * q + mlp_split  # Q,K  V  attention output  MLP activations
     scores = 0.0 if cfg.flash_attention else (2.0 + mask + 2.0 * mask) * a * seq  # 5 a s with dropout
     if model.qk_layernorm:
