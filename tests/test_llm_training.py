@@ -81,6 +81,23 @@ def test_parallel_attention_layers_store_their_shared_input_once():
     assert stored[0] == pytest.approx((2 * h + 4 * h + 2 * q + 2 * kv + 2 * kv + 2 * q + 4 * f) / 8, rel=1e-12)
 
 
+def test_sandwich_norms_keep_the_block_outputs_they_normalise():
+    """Gemma 2's norms after the attention block and after the MLP save their inputs, the output projection's and
+    the MLP's outputs (2h each). Gemma-2-2B-shaped (h 2304, 8 heads and 4 KV heads of 256, GeGLU f 9216, no
+    dropout, FlashAttention), per token and layer on one rank: 4 norm inputs 8h + QKV / MLP inputs 4h + Q 2q +
+    K, V 4kv + output-projection input 2q + MLP 4f + 2f."""
+    from hybrid.workloads.llm.memory import activation_bytes_per_token
+
+    gemma = load_model({"model_type": "gemma2", "hidden_size": 2304, "intermediate_size": 9216,
+                        "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                        "vocab_size": 256000, "max_position_embeddings": 8192,
+                        "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 4096})
+    h, q, kv, f = 2304, 2048, 1024, 9216
+    stored, _ = activation_bytes_per_token(gemma, TrainingConfig(gpus=1, global_batch=1), np.array([1.0]),
+                                           np.array([False]), np.array(["none"]), 4096)
+    assert stored[0] == pytest.approx(8 * h + 4 * h + 2 * q + 4 * kv + 2 * q + 6 * f, rel=1e-12)
+
+
 def test_interleaving_raises_in_flight_activations_by_korthikanti_factor(gpt175):
     base = _cfg(sp=True, recompute="selective", global_batch=64)
     one, _ = memory_only(gpt175, base, "DGX-A100")

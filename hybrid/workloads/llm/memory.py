@@ -17,7 +17,8 @@ term (softmax output 2, dropout mask 1, dropout output 2) is absent with FlashAt
 recomputation. Of these, with TP and no SP, the norms, the QKV and MLP inputs and the two dropout masks
 (10h for MHA) are replicated on every TP rank; the rest is split. A parallel-attention layer (GPT-J, GPT-NeoX,
 Falcon) feeds one input to both blocks: its norms' input is stored once (2h), and with a single norm so is the
-QKV / MLP input (2h for both; 4h with two norms). When TP exceeds the KV heads, each rank
+QKV / MLP input (2h for both; 4h with two norms). Gemma 2/3's sandwich norms after the attention block and the
+MLP keep those blocks' outputs (4h more). When TP exceeds the KV heads, each rank
 holds whole K/V heads (``ceil(kv_heads / t)`` of them, replicated), not ``kv / t`` columns.
 
 In flight on the first pipeline stage (Korthikanti eq. 5, Narayanan et al. 2021): 1F1B holds ``min(pp, m)``
@@ -72,6 +73,8 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
         block_inputs = 2.0 * h * (1 if model.parallel_attn_norms == 1 else 2)
     else:
         norm_inputs, block_inputs = 4.0 * h, 4.0 * h  # two norms' inputs, the QKV and MLP inputs
+    if model.sandwich_norm:  # Gemma 2/3: the norms after the attention and the MLP keep those blocks' outputs
+        norm_inputs += 4.0 * h
     if model.is_moe:
         k = model.moe_router_topk
         fm = model.moe_ffn_hidden_size
