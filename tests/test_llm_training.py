@@ -98,6 +98,22 @@ def test_sandwich_norms_keep_the_block_outputs_they_normalise():
     assert stored[0] == pytest.approx(8 * h + 4 * h + 2 * q + 4 * kv + 2 * q + 6 * f, rel=1e-12)
 
 
+def test_moe_layers_keep_the_shared_experts_activations():
+    """Llama 4 Scout's MoE layers run one routed expert (top-1 of 16, SwiGLU 8192) and an always-active shared
+    expert of the same width; both keep their gate/up outputs and activation output. Per token and layer on one
+    rank (h 5120, q 5120, kv 1024, QK-norm, no dropout, FlashAttention): norms and QKV / MLP inputs 8h, Q and K
+    2q + 2kv, V 2kv, output-projection input 2q, QK-norm inputs 2q + 2kv, routed expert 6 x 8192 + its dispatched
+    copy 2h, shared expert 6 x 8192. The shared expert had been left out (its ops are costed)."""
+    from hybrid.workloads.llm.memory import activation_bytes_per_token
+
+    scout = load_model("llama4-scout")
+    h, q, kv, f = 5120, 5120, 1024, 8192
+    stored, _ = activation_bytes_per_token(scout, TrainingConfig(gpus=1, global_batch=1), np.array([1.0]),
+                                           np.array([False]), np.array(["none"]), 8192)
+    expected = 8 * h + (2 * q + 2 * kv) + 2 * kv + 2 * q + (2 * q + 2 * kv) + (6 * f + 2 * h) + 6 * f
+    assert stored[0] == pytest.approx(expected, rel=1e-12)
+
+
 def test_interleaving_raises_in_flight_activations_by_korthikanti_factor(gpt175):
     base = _cfg(sp=True, recompute="selective", global_batch=64)
     one, _ = memory_only(gpt175, base, "DGX-A100")
@@ -1610,14 +1626,15 @@ def test_memory_counts_the_pipeline_rank_with_the_most_moe_layers() -> None:
     model's last rank); without pipeline parallelism the whole model is on every rank. The memory peak is then the
     stage whose own states and activations sum highest: here the first stage's activations beside the heaviest
     middle stage's states (4 MoE layers, no embedding), not the last stage's states beside the first stage's
-    activations (pp 4: 88.52 -> 82.69 GiB; pp 2 vp 2: 148.28 -> 141.60; FSDP: 99.45 -> 93.41)."""
+    activations (pp 4: 88.52 -> 82.69 GiB; pp 2 vp 2: 148.28 -> 141.60; FSDP: 99.45 -> 93.41; with the shared
+    expert's activations counted 83.30, 142.36, 94.02)."""
     from hybrid.workloads.llm.costing import mappings_frame, stage_params
     from hybrid.workloads.llm.model import with_overrides
     from hybrid.workloads.llm.train import memory_only
 
     m = with_overrides(load_model("deepseek-v3"), num_layers=16, moe_first_k_dense=3)
     all_moe = with_overrides(m, moe_first_k_dense=0)
-    for (pp, vp, fsdp), total in zip(((4, 1, False), (2, 2, False), (4, 1, True)), (82.69, 141.60, 93.41),
+    for (pp, vp, fsdp), total in zip(((4, 1, False), (2, 2, False), (4, 1, True)), (83.30, 142.36, 94.02),
                                      strict=True):
         cfg = TrainingConfig(gpus=16 * pp, global_batch=64, pp=pp, vp=vp, ep=16, seq_length=4096,
                              distributed_optimizer=not fsdp, fsdp=fsdp)

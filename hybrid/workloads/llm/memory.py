@@ -12,7 +12,8 @@ TP ``t`` (16-bit activations, 1-byte dropout masks)::
 
 The 34 is built from its parts so other shapes fit (GQA narrows K/V, SwiGLU widens the MLP, no dropout drops
 the masks): layer norms 4h, QKV input 2h, Q and K 2q + 2kv, V 2kv, output-projection input 2q, attention dropout
-mask h, MLP input 2h, activation input 2f (4f gated) and output 2f, MLP dropout mask h. The ``5 a s`` score
+mask h, MLP input 2h, activation input 2f (4f gated) and output 2f, MLP dropout mask h. A MoE layer keeps, per token, its
+``k`` experts' activations, the dispatched copies (``2 k h``) and a shared expert's MLP activations. The ``5 a s`` score
 term (softmax output 2, dropout mask 1, dropout output 2) is absent with FlashAttention and with selective
 recomputation. Of these, with TP and no SP, the norms, the QKV and MLP inputs and the two dropout masks
 (10h for MHA) are replicated on every TP rank; the rest is split. A parallel-attention layer (GPT-J, GPT-NeoX,
@@ -79,6 +80,9 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
         k = model.moe_router_topk
         fm = model.moe_ffn_hidden_size
         mlp_split_moe = k * ((4 if model.gated else 2) * fm + 2 * fm) + 2 * k * h  # expert acts + dispatched copy
+        fs = model.moe_shared_expert_intermediate_size or 0
+        # the always-active shared expert (DeepSeek, Llama 4) keeps its own MLP activations, split over TP as it is
+        mlp_split_moe += (4 if model.gated else 2) * fs + 2 * fs
         frac = model.num_moe_layers / model.num_layers
         mlp_split = (1 - frac) * ((4 if model.gated else 2) * f + 2 * f) + frac * mlp_split_moe
     else:
