@@ -114,6 +114,25 @@ def test_moe_layers_keep_the_shared_experts_activations():
     assert stored[0] == pytest.approx(expected, rel=1e-12)
 
 
+def test_mla_attention_output_is_as_wide_as_its_values():
+    """DeepSeek-V3 trains MLA unabsorbed: 128 heads of 192-wide queries and keys (128 + 64 rotary) and 128-wide
+    values, so the attention output the output projection keeps is 128 x 128 = 16384 wide, not the queries' 24576.
+    Per token and layer on one rank (no dropout, FlashAttention): norms and QKV / MLP inputs 8h, the query
+    bottleneck and KV latent with its rotary key 2 (1536 + 576), Q 2 x 24576, K and V 2 (24576 + 16384), attention
+    output 2 x 16384, and the MLP: 3 dense layers (SwiGLU 18432) and 58 MoE layers (8 routed experts of 2048, their
+    dispatched copies, a shared expert of 2048) by their shares."""
+    from hybrid.workloads.llm.memory import activation_bytes_per_token
+
+    ds = load_model("deepseek-v3")
+    h = 7168
+    dense, moe = 6 * 18432, 8 * 6 * 2048 + 2 * 8 * h + 6 * 2048
+    mlp = (3 * dense + 58 * moe) / 61
+    expected = 8 * h + 2 * (1536 + 576) + 2 * 24576 + 2 * (24576 + 16384) + 2 * 16384 + mlp
+    stored, _ = activation_bytes_per_token(ds, TrainingConfig(gpus=1, global_batch=1), np.array([1.0]),
+                                           np.array([False]), np.array(["none"]), 4096)
+    assert stored[0] == pytest.approx(expected, rel=1e-12)
+
+
 def test_interleaving_raises_in_flight_activations_by_korthikanti_factor(gpt175):
     base = _cfg(sp=True, recompute="selective", global_batch=64)
     one, _ = memory_only(gpt175, base, "DGX-A100")
@@ -1627,14 +1646,15 @@ def test_memory_counts_the_pipeline_rank_with_the_most_moe_layers() -> None:
     stage whose own states and activations sum highest: here the first stage's activations beside the heaviest
     middle stage's states (4 MoE layers, no embedding), not the last stage's states beside the first stage's
     activations (pp 4: 88.52 -> 82.69 GiB; pp 2 vp 2: 148.28 -> 141.60; FSDP: 99.45 -> 93.41; with the shared
-    expert's activations counted 83.30, 142.36, 94.02)."""
+    expert's activations counted 83.30, 142.36, 94.02; with the attention output as wide as the values, 82.30,
+    141.11, 93.02)."""
     from hybrid.workloads.llm.costing import mappings_frame, stage_params
     from hybrid.workloads.llm.model import with_overrides
     from hybrid.workloads.llm.train import memory_only
 
     m = with_overrides(load_model("deepseek-v3"), num_layers=16, moe_first_k_dense=3)
     all_moe = with_overrides(m, moe_first_k_dense=0)
-    for (pp, vp, fsdp), total in zip(((4, 1, False), (2, 2, False), (4, 1, True)), (83.30, 142.36, 94.02),
+    for (pp, vp, fsdp), total in zip(((4, 1, False), (2, 2, False), (4, 1, True)), (82.30, 141.11, 93.02),
                                      strict=True):
         cfg = TrainingConfig(gpus=16 * pp, global_batch=64, pp=pp, vp=vp, ep=16, seq_length=4096,
                              distributed_optimizer=not fsdp, fsdp=fsdp)

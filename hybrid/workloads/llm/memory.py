@@ -88,7 +88,8 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
     else:
         mlp_split = (4 if model.gated else 2) * f + 2 * f
     replicated = norm_inputs + block_inputs + 2 * mask * h + latent  # norms, QKV / MLP inputs, masks, latents
-    split = (2 * q + 2 * kv) + 2 * kv + 2 * q + mlp_split  # Q,K  V  attention output  MLP activations
+    # Q, K  V  attention output (heads x value head dim: MLA's 128 against its 192-wide queries)  MLP activations
+    split = (2 * q + 2 * kv) + 2 * kv + 2 * model.value_width + mlp_split
     scores = 0.0 if cfg.flash_attention else (2.0 + mask + 2.0 * mask) * a * seq  # 5 a s with dropout
     if model.qk_layernorm:
         split += 2 * q + 2 * kv
