@@ -506,6 +506,31 @@ def test_fp32_training_keeps_no_master_copy():
     assert mem.weights[0] + mem.gradients[0] + mem.optimizer[0] == pytest.approx(16 * m.num_params, rel=1e-6)
 
 
+def test_fp32_activations_are_4_bytes_but_dropout_masks_stay_1_byte():
+    """fp32 training doubles Korthikanti's 2-byte activations, not its 1-byte dropout masks (which were doubled
+    too). GPT-2 large (h 1280, 20 heads, GELU f = 4h, dropout, unfused attention), one GPU, per token and layer:
+    twice the 2-byte parts (norm and block inputs 8h, Q K V and output-projection input 8h, MLP 16h) + the two 1-byte
+    masks 2h, and the scores' softmax and dropout outputs twice 4 a s + their mask a s; full recomputation's
+    checkpoint twice 2h."""
+    from hybrid.workloads.llm.memory import activation_bytes_per_token
+
+    m = load_model("gpt2-large")
+    h, a, s = 1280, 20, 1024
+    cfg = TrainingConfig(gpus=1, global_batch=4, dtype="fp32", flash_attention=False)
+    one = (np.array([1.0]), np.array([False]))
+    stored, full = activation_bytes_per_token(m, cfg, *one, np.array(["none"]), s)
+    expected = 2 * (8 * h + 8 * h + 16 * h) + 2 * h + (2 * 4 + 1) * a * s
+    assert stored[0] == pytest.approx(expected, rel=1e-12) and full[0] == pytest.approx(expected, rel=1e-12)
+    ckpt, _ = activation_bytes_per_token(m, cfg, *one, np.array(["full"]), s)
+    assert ckpt[0] == pytest.approx(2 * 2 * h, rel=1e-12)
+    bf16, _ = activation_bytes_per_token(m, cfg.with_(dtype="bf16"), *one, np.array(["none"]), s)
+    assert bf16[0] == pytest.approx(34 * h + 5 * a * s, rel=1e-12)  # Korthikanti's 16-bit count
+    mem32, _ = memory_only(m, cfg.with_(global_batch=1), "A100-PCIE-80GB")
+    mem16, _ = memory_only(m, cfg.with_(global_batch=1, dtype="bf16"), "A100-PCIE-80GB")
+    masks = s * (2 * h + a * s) * 36 + s * h  # every layer's masks and the embedding's: 1 byte in both
+    assert mem32.activations[0] == pytest.approx(2 * mem16.activations[0] - masks, rel=1e-12)
+
+
 def test_cli_models_memory_plot_and_search(capsys, tmp_path):
     assert main(["llm", "models", "--json"]) == 0
     names = {r["name"] for r in json.loads(capsys.readouterr().out)}

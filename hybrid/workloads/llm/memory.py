@@ -57,8 +57,11 @@ GIB = 2.0**30
 
 def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp: np.ndarray, sp: np.ndarray,
                                recompute: np.ndarray, seq: int) -> tuple[np.ndarray, np.ndarray]:
-    """(stored bytes per token per layer, one layer's full activations per token) on one TP rank."""
+    """(stored bytes per token per layer, one layer's full activations per token) on one TP rank, in the job's
+    activation dtype (fp32 for fp32 training, 16-bit otherwise; dropout masks are 1 byte either way)."""
     t = np.asarray(tp, dtype=np.float64)
+    # the parts below are counted in 2-byte elements (Korthikanti's 16-bit activations): fp32 training doubles them
+    wide = DTYPE_BYTES["fp32"] / 2.0 if cfg.dtype == "fp32" else 1.0
     sp = np.asarray(sp, dtype=bool)
     h, q = model.hidden_size, model.q_width
     kv = kv_width_split(model, t)  # KV heads replicated when TP exceeds them
@@ -87,16 +90,19 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
         mlp_split = (1 - frac) * ((4 if model.gated else 2) * f + 2 * f) + frac * mlp_split_moe
     else:
         mlp_split = (4 if model.gated else 2) * f + 2 * f
-    replicated = norm_inputs + block_inputs + 2 * mask * h + latent  # norms, QKV / MLP inputs, masks, latents
+    # norms, QKV / MLP inputs, latents; the two 1-byte dropout masks
+    replicated = wide * (norm_inputs + block_inputs + latent) + 2 * mask * h
     # Q, K  V  attention output (heads x value head dim: MLA's 128 against its 192-wide queries)  MLP activations
     split = (2 * q + 2 * kv) + 2 * kv + 2 * model.value_width + mlp_split
-    scores = 0.0 if cfg.flash_attention else (2.0 + mask + 2.0 * mask) * a * seq  # 5 a s with dropout
     if model.qk_layernorm:
         split += 2 * q + 2 * kv
+    split = wide * split
+    # 5 a s with dropout: softmax output 2, its dropout's output 2 (in the activation dtype), the mask 1
+    scores = 0.0 if cfg.flash_attention else (wide * (2.0 + 2.0 * mask) + mask) * a * seq
     scores_kept = np.where(np.isin(recompute, ["selective", "full"]), 0.0, scores)
     full_layer = np.where(sp, (replicated + split + scores) / t, replicated + (split + scores) / t)
     stored = np.where(sp, (replicated + split + scores_kept) / t, replicated + (split + scores_kept) / t)
-    ckpt = np.where(sp, 2.0 * h / t, 2.0 * h)
+    ckpt = wide * np.where(sp, 2.0 * h / t, 2.0 * h)
     stored = np.where(recompute == "full", ckpt, stored)
     return stored, full_layer
 
@@ -192,9 +198,7 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     first_states = states(P_first)
     last_states = states(P_last)
     # ------------------------------------------------------------------ activations
-    stored, full_layer = activation_bytes_per_token(model, cfg, tp, sp, rc, seq)
-    if fp32:  # the formulas count 2-byte activations (dropout masks are counted twice here: a small excess)
-        stored, full_layer = 2.0 * stored, 2.0 * full_layer
+    stored, full_layer = activation_bytes_per_token(model, cfg, tp, sp, rc, seq)  # fp32 training's included
     tokens = mb * seq / cp
     layers_pp = L / pp
     inflight_1f1b = np.minimum(pp, n_micro) * layers_pp
