@@ -531,6 +531,21 @@ def test_fp32_activations_are_4_bytes_but_dropout_masks_stay_1_byte():
     assert mem32.activations[0] == pytest.approx(2 * mem16.activations[0] - masks, rel=1e-12)
 
 
+def test_output_layer_inputs_are_whole_on_every_tp_rank_without_sp():
+    """The last stage keeps the final norm's input and the output layer's input (2 + 2 bytes per element) and the
+    fp32 logits of its vocabulary slice: Korthikanti's 4 s b h / t (1 + v / h) assumes SP; without it the two
+    inputs are whole on every TP rank (4 s b h). Llama-3-8B, tp 8, one GPU node, seq 8192: 4 s (h + V / 8) without
+    SP, 4 s (h + V) / 8 with it; fp32 training doubles the inputs, not the fp32 logits."""
+    m = load_model("llama3-8b")
+    s, h, V = 8192, 4096, 129024  # 128256 padded to a multiple of 128 x 8
+    cfg = TrainingConfig(gpus=8, global_batch=8, tp=8)
+    for sp, expected in ((False, 4 * s * (h + V / 8)), (True, 4 * s * (h + V) / 8)):
+        mem, _ = memory_only(m, cfg.with_(sp=sp), "DGX-H100")
+        assert mem.logits[0] == pytest.approx(expected, rel=1e-12), sp
+    mem, _ = memory_only(m, cfg.with_(dtype="fp32"), "DGX-H100")
+    assert mem.logits[0] == pytest.approx(s * (8 * h + 4 * V / 8), rel=1e-12)
+
+
 def test_cli_models_memory_plot_and_search(capsys, tmp_path):
     assert main(["llm", "models", "--json"]) == 0
     names = {r["name"] for r in json.loads(capsys.readouterr().out)}

@@ -222,7 +222,11 @@ def memory_per_rank(model: TransformerConfig, cfg: TrainingConfig, m: pd.DataFra
     acts = acts + (1.0 if cfg.uses_dropout(model) else 0.0) * tokens * h * np.where(sp, 1 / tp, 1.0) * n_inflight_mb
     # ------------------------------------------------------------------ output layer + loss (last stage)
     V = np.ceil(model.vocab_size / (cfg.make_vocab_size_divisible_by * tp)) * cfg.make_vocab_size_divisible_by * tp
-    logits = 4.0 * tokens * h / tp * (1.0 + V / h)
+    # Korthikanti's 4 s b h / t (1 + v / h): the final norm's input and the output layer's input (2 + 2 bytes per
+    # element in 16 bit, twice that in fp32), split over TP by SP and whole on every TP rank without it, and the fp32
+    # logits of the rank's vocabulary slice for the cross entropy
+    head_inputs = 4.0 * h * (2.0 if fp32 else 1.0) * np.where(sp, 1.0 / tp, 1.0)
+    logits = tokens * (head_inputs + 4.0 * V / tp)
     if not model.lm_head:  # a classifier scores the last token of each sequence (fp32), a bare model nothing
         logits = 4.0 * mb * (h + model.head_width) if model.head_width else 0.0 * tokens
     # the logits live on the last stage; when pp > 1 the first stage's activations usually dominate
