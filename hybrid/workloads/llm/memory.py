@@ -26,7 +26,8 @@ In flight on the first pipeline stage (Korthikanti eq. 5, Narayanan et al. 2021)
 microbatches of its ``L/pp`` layers; the interleaved schedule ``(pp - 1) x 2 + (vp - 1) x pp + 1`` model chunks
 of ``L/(pp vp)`` layers (``L (1 + (pp - 1)/(pp vp))`` layers' worth), ``min(m, 2 pp)`` of them of the first chunk
 (the embedding's dropout mask). The last stage adds the output layer and
-the fp32 cross-entropy (``4 s b h / t (1 + v / h)``). Context parallelism over sliding-window or chunked layers
+the fp32 cross-entropy (``4 s b h / t (1 + v / h)`` with SP; without it the ``4 s b h`` of the final norm's and
+the output layer's inputs is whole on every TP rank). Context parallelism over sliding-window or chunked layers
 (an all-gather of K and V, not the ring) adds, on every stage, one layer's whole-sequence K and V with their
 gradients while it runs backward: ``2 x b s 2 kv / t`` in the activation dtype (``s`` the whole sequence).
 
