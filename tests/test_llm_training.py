@@ -546,6 +546,37 @@ def test_output_layer_inputs_are_whole_on_every_tp_rank_without_sp():
     assert mem.logits[0] == pytest.approx(s * (8 * h + 4 * V / 8), rel=1e-12)
 
 
+def test_hidden_dropout_without_attention_dropout_keeps_no_score_mask():
+    """OPT's config drops out hidden states (dropout 0.1) but not attention probabilities (attention_dropout 0.0:
+    PyTorch's dropout at p = 0 returns its input). Unfused attention then keeps the softmax output only, 2 a s
+    bytes per token and layer (not 5 a s), and runs no dropout kernel over the s x s scores; the hidden dropout
+    masks (2h per layer) stay. ``--dropout`` on the job turns both on."""
+    from hybrid.workloads.llm.memory import activation_bytes_per_token
+
+    opt = load_model({"model_type": "opt", "hidden_size": 2048, "num_hidden_layers": 24, "ffn_dim": 8192,
+                      "num_attention_heads": 32, "vocab_size": 50272, "max_position_embeddings": 2048,
+                      "dropout": 0.1, "attention_dropout": 0.0, "activation_function": "relu"})
+    assert opt.dropout and opt.attention_dropout is False
+    h, a, s = 2048, 32, 2048
+    cfg = TrainingConfig(gpus=1, global_batch=1, flash_attention=False)
+    one = (np.array([1.0]), np.array([False]), np.array(["none"]), s)
+    stored, _ = activation_bytes_per_token(opt, cfg, *one)
+    assert stored[0] == pytest.approx(34 * h + 2 * a * s, rel=1e-12)  # the masks 2h of the 34h stay
+    forced, _ = activation_bytes_per_token(opt, cfg.with_(dropout=True), *one)
+    assert forced[0] == pytest.approx(34 * h + 5 * a * s, rel=1e-12)
+    score_dropout = {}
+    for c in (cfg, cfg.with_(dropout=True)):
+        ops = predict_training(opt, c, "A100-PCIE-80GB", engine=False).ops
+        drop = ops[(ops["op"] == "elementwise") & (ops["variant"] == "dropout")]
+        score_dropout[c.dropout] = int((drop["elements"] == a * s * s).sum())
+        assert (drop["elements"] == s * h).any()  # the hidden dropouts run either way
+    assert score_dropout == {None: 0, True: 3}  # forward, its selective-recompute copy (role s), backward
+    assert load_model({"model_type": "opt", "hidden_size": 64, "num_hidden_layers": 2, "ffn_dim": 256,
+                       "num_attention_heads": 4, "vocab_size": 100}).attention_dropout is False  # OPTConfig default
+    gpt2 = load_model("gpt2-large")
+    assert cfg.uses_attention_dropout(gpt2)  # attn_pdrop 0.1: unchanged
+
+
 def test_cli_models_memory_plot_and_search(capsys, tmp_path):
     assert main(["llm", "models", "--json"]) == 0
     names = {r["name"] for r in json.loads(capsys.readouterr().out)}

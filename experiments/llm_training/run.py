@@ -318,6 +318,7 @@ def neusight_cases(d: Path) -> list[Case]:
     t = t[(t["mode"] == "train") & t["gpu"].isin(list(NEUSIGHT_DEVICES))]
     opt13 = TransformerConfig(name="opt-1.3b", num_layers=24, hidden_size=2048, num_attention_heads=32,
                               ffn_hidden_size=8192, activation="relu", vocab_size=50272, seq_length=2048,
+                              attention_dropout=False,  # config.json: dropout 0.1, attention_dropout 0.0
                               source="facebook/opt-1.3b config.json")
     models = {"bert_large": load_model("bert-large"), "gpt2_large": load_model("gpt2-large"),
               "gpt3_xl": load_model("gpt3-1.3b"), "gpt3_27": load_model("gpt3-2.7b"), "opt_13": opt13}
@@ -330,9 +331,10 @@ def neusight_cases(d: Path) -> list[Case]:
         model = replace(models[r["model"]], seq_length=int(r["seqlen"]))
         B = int(r["batch"])
         extra = str(r["extra"]) if isinstance(r["extra"], str) else ""
-        # eager HF runs: per-op costs include the framework dispatch, as NeuSight's per-op labels do; dropout on
-        # as NeuSight ran them (HF models in training mode: BERT, GPT-2 and OPT's configs have dropout 0.1)
-        kw: dict[str, Any] = dict(dtype="fp32", flash_attention=False, dropout=True, make_vocab_size_divisible_by=1,
+        # eager HF runs: per-op costs include the framework dispatch, as NeuSight's per-op labels do; dropout as
+        # NeuSight ran them, the models' own (HF models in training mode: BERT, GPT-2 and OPT's configs have dropout
+        # 0.1, OPT's attention_dropout 0.0)
+        kw: dict[str, Any] = dict(dtype="fp32", flash_attention=False, dropout=None, make_vocab_size_divisible_by=1,
                                   kernel_times=False)
         if extra.startswith("dp"):
             cfg = TrainingConfig(gpus=4, global_batch=B, micro_batch=B // 4, **kw)

@@ -193,6 +193,14 @@ class TrainingConfig:
         """Whether the job trains with dropout: :attr:`dropout` when set, else the model's own."""
         return bool(model.dropout) if self.dropout is None else bool(self.dropout)
 
+    def uses_attention_dropout(self, model: Any) -> bool:
+        """Whether the job drops out attention probabilities: :attr:`dropout` when set (on or off for all of them),
+        else with the model's dropout unless its config has none on the attention (``attention_dropout`` False:
+        OPT's 0.0 beside a hidden dropout of 0.1)."""
+        if self.dropout is not None:
+            return bool(self.dropout)
+        return bool(model.dropout) and getattr(model, "attention_dropout", None) is not False
+
     def dropout_source(self) -> str:
         """Where :meth:`uses_dropout` comes from: ``"model"`` (its config) or ``"override"`` (set on the job)."""
         return "model" if self.dropout is None else "override"

@@ -184,7 +184,7 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
         overlap = softmax_schedule(cfg.softmax)
         if overlap is not None:
             attention["softmax_overlap"] = overlap
-        if cfg.uses_dropout(model):  # the fused kernel draws the attention dropout's mask itself (Philox per score)
+        if cfg.uses_attention_dropout(model):  # the fused kernel draws the dropout's mask itself (Philox per score)
             attention["dropout"] = FUSED_ATTENTION_DROPOUT
     else:
         bh = b * heads
@@ -193,14 +193,14 @@ def _layer_rows(model: TransformerConfig, cfg: TrainingConfig, keys: pd.DataFram
             R.add(kid, role, 1.0, "bmm", b=bh, m=sc, n=sc, k=d, dtype=adt, direction="fwd", device=dev, sub="attn")
             R.add(kid, role, 1.0, "softmax", rows=bh * sc, hidden=sc, dtype=adt, direction="fwd", device=dev,
                   sub="attn")
-            if cfg.uses_dropout(model):
+            if cfg.uses_attention_dropout(model):
                 ew(role, "dropout", bh * sc * sc)
             R.add(kid, role, 1.0, "bmm", b=bh, m=sc, n=d, k=sc, dtype=adt, direction="fwd", device=dev, sub="attn")
         # backward: dS = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q (4 bmm), softmax (+dropout) backward
         for m_, n_, k_ in ((sc, sc, d), (sc, d, sc), (sc, d, sc), (sc, d, sc)):
             R.add(kid, "b", 1.0, "bmm", b=bh, m=m_, n=n_, k=k_, dtype=adt, direction="bwd", device=dev, sub="attn")
         R.add(kid, "b", 1.0, "softmax", rows=bh * sc, hidden=sc, dtype=adt, direction="bwd", device=dev, sub="attn")
-        if cfg.uses_dropout(model):
+        if cfg.uses_attention_dropout(model):
             ew("b", "dropout", bh * sc * sc, direction="bwd")
 
     roles = {"compute": ("f", "b"), "tp": ("tpf", "tpb"), "ep": ("epf", "epb")}

@@ -14,8 +14,8 @@ The 34 is built from its parts so other shapes fit (GQA narrows K/V, SwiGLU wide
 the masks): layer norms 4h, QKV input 2h, Q and K 2q + 2kv, V 2kv, output-projection input 2q, attention dropout
 mask h, MLP input 2h, activation input 2f (4f gated) and output 2f, MLP dropout mask h. A MoE layer keeps, per token, its
 ``k`` experts' activations, the dispatched copies (``2 k h``) and a shared expert's MLP activations. The ``5 a s`` score
-term (softmax output 2, dropout mask 1, dropout output 2) is absent with FlashAttention and with selective
-recomputation. Of these, with TP and no SP, the norms, the QKV and MLP inputs and the two dropout masks
+term (softmax output 2, dropout mask 1, dropout output 2; ``2 a s`` without attention dropout) is absent with
+FlashAttention and with selective recomputation. Of these, with TP and no SP, the norms, the QKV and MLP inputs and the two dropout masks
 (10h for MHA) are replicated on every TP rank; the rest is split. A parallel-attention layer (GPT-J, GPT-NeoX,
 Falcon) feeds one input to both blocks: its norms' input is stored once (2h), and with a single norm so is the
 QKV / MLP input (2h for both; 4h with two norms). Gemma 2/3's sandwich norms after the attention block and the
@@ -71,6 +71,7 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
     f = model.ffn_hidden_size
     a = model.num_attention_heads
     mask = 1.0 if cfg.uses_dropout(model) else 0.0
+    attn_mask = 1.0 if cfg.uses_attention_dropout(model) else 0.0  # OPT: hidden dropout only
     if model.parallel_attn:
         # both blocks read the layer's input (one norm: the same norm output too); autograd saves a tensor that
         # several ops read once: the norms' input 2h once, the QKV and MLP inputs 2h (one norm) or 4h (two)
@@ -99,7 +100,7 @@ def activation_bytes_per_token(model: TransformerConfig, cfg: TrainingConfig, tp
         split += 2 * q + 2 * kv
     split = wide * split
     # 5 a s with dropout: softmax output 2, its dropout's output 2 (in the activation dtype), the mask 1
-    scores = 0.0 if cfg.flash_attention else (wide * (2.0 + 2.0 * mask) + mask) * a * seq
+    scores = 0.0 if cfg.flash_attention else (wide * (2.0 + 2.0 * attn_mask) + attn_mask) * a * seq
     scores_kept = np.where(np.isin(recompute, ["selective", "full"]), 0.0, scores)
     full_layer = np.where(sp, (replicated + split + scores) / t, replicated + (split + scores) / t)
     stored = np.where(sp, (replicated + split + scores_kept) / t, replicated + (split + scores_kept) / t)

@@ -164,6 +164,11 @@ class TransformerConfig:
     #: ``attention_dropout`` are 0; a Hugging Face config's own probabilities (:data:`HF_DROPOUT_KEYS`; Llama,
     #: Mistral, Qwen, DeepSeek, MPT: 0); the published config for the built-in models (``models.toml``).
     dropout: bool = True
+    #: whether the attention probabilities are dropped out as well (None: as :attr:`dropout`). False for a model
+    #: whose dropout is on the hidden states only (OPT: ``dropout`` 0.1, ``attention_dropout`` 0.0): PyTorch's
+    #: dropout at p = 0 returns its input, so unfused attention keeps no s x s mask nor dropout output, and runs no
+    #: dropout kernel over the scores
+    attention_dropout: bool | None = None
     source: str = ""
 
     # ----------------------------------------------------------------------------------- validation
@@ -281,6 +286,9 @@ class TransformerConfig:
                                     "needs the pooler (pooler = true)")
         if not isinstance(self.dropout, bool):
             raise InvalidInputError(f"model {self.name!r}: dropout must be true or false, got {self.dropout!r}")
+        if self.attention_dropout is not None and not isinstance(self.attention_dropout, bool):
+            raise InvalidInputError(f"model {self.name!r}: attention_dropout must be true, false or unset, got "
+                                    f"{self.attention_dropout!r}")
 
     def position_note(self, tokens: int | float) -> str:
         """A warning when a sequence of ``tokens`` needs more positions than the model's learned absolute position
@@ -773,6 +781,25 @@ def _hf_dropout(d: Mapping[str, Any], mt: str) -> bool:
     return any(_probability(v, f"Hugging Face config field {k!r}") > 0 for k, v in found)
 
 
+#: The attention probabilities' dropout among :data:`HF_DROPOUT_KEYS`; model_types whose config class defaults it to
+#: 0 while their hidden dropout is on (OPTConfig: dropout 0.1, attention_dropout 0.0).
+HF_ATTENTION_DROPOUT_KEYS = ("attention_dropout", "attention_probs_dropout_prob", "attn_pdrop")
+_HF_NO_ATTENTION_DROPOUT_BY_DEFAULT = ("opt",)
+
+
+def _hf_attention_dropout(d: Mapping[str, Any], mt: str) -> bool | None:
+    """Whether a Hugging Face config drops out attention probabilities: its attention probability above 0 when it
+    names one (:data:`HF_ATTENTION_DROPOUT_KEYS`, MPT's ``attn_config.attn_pdrop``), False for a config class that
+    defaults it to 0, else None (as the model's dropout)."""
+    attn = d.get("attn_config")
+    found = [(k, d[k]) for k in HF_ATTENTION_DROPOUT_KEYS if d.get(k) is not None]
+    if isinstance(attn, Mapping) and attn.get("attn_pdrop") is not None:
+        found.append(("attn_config.attn_pdrop", attn["attn_pdrop"]))
+    if not found:
+        return False if mt in _HF_NO_ATTENTION_DROPOUT_BY_DEFAULT else None
+    return any(_probability(v, f"Hugging Face config field {k!r}") > 0 for k, v in found)
+
+
 def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
     kw: dict[str, Any] = {}
     probs: dict[str, float] = {}
@@ -805,6 +832,8 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                    "qk_layernorm",
                    "parallel_attn", "encoder_only", "pooler", "moe_shared_expert_gate", "sandwich_norm", "dropout"):
             kw[k] = _as_bool(value, k)
+        elif k == "attention_dropout" and isinstance(value, bool):  # the field itself (on / off)
+            kw[k] = value
         elif k in ("hidden_dropout", "attention_dropout"):  # Megatron-LM's probabilities (default 0.1 each)
             probs[k] = _probability(value, k)
         elif k == "group_query_attention":
@@ -824,6 +853,8 @@ def _from_megatron(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
             kw.pop(f, None)
     if probs and "dropout" not in kw:  # an explicit dropout key wins; an unset probability is Megatron's 0.1
         kw["dropout"] = max(probs.get("hidden_dropout", 0.1), probs.get("attention_dropout", 0.1)) > 0
+    if "attention_dropout" in probs and "attention_dropout" not in kw:
+        kw["attention_dropout"] = probs["attention_dropout"] > 0
     if name is not None:
         kw["name"] = name
     missing = [k for k in ("num_layers", "hidden_size", "num_attention_heads") if k not in kw]
@@ -1618,6 +1649,7 @@ def _from_hf(d: Mapping[str, Any], name: str | None) -> TransformerConfig:
                                 "or describe the model with Megatron-LM keys, docs/llm_training.md)")
     kw = {k: v for k, v in kw.items() if v is not None}
     kw["dropout"] = _hf_dropout(d, mt)
+    kw["attention_dropout"] = _hf_attention_dropout(d, mt)
     if head:  # BERT: the MLM head without the pooler (BertForMaskedLM), or this head with it instead
         arch = head.pop("arch")
         kw.update(head)
