@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.atomic import atomic_file
+from hybrid.atomic import atomic_file, check_creatable
 from hybrid.errors import InvalidInputError, OutputPathError, SchemaError, UnknownDeviceError, at_row
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import FAMILIES, INDEX_DISTS, OP_TO_FAMILY
@@ -909,13 +909,14 @@ TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 def check_table_path(path: str | os.PathLike) -> Path:
     """``path`` as a :class:`Path` if it names a table file (:data:`TABLE_SUFFIXES`) that is not a directory; else a
     clear error (call it before the work that produces the table: a directory named ``x.csv`` was found only when
-    the finished table was written)."""
+    the finished table was written). A path that cannot be created (a parent that is a file, a folder this process
+    may not write into: :func:`~hybrid.atomic.check_creatable`) is refused here too, not after the work."""
     p = Path(path)
     if p.suffix.lower() not in TABLE_SUFFIXES:
         raise InvalidInputError(f"output {p}: use a .csv or .parquet file name")
     if p.is_dir():
         raise OutputPathError(f"cannot write output {p}: it is a directory")
-    return p
+    return check_creatable(p)
 
 
 def write_table(table: pd.DataFrame, path: str | os.PathLike, catalog: Catalog | None = None,
