@@ -550,6 +550,27 @@ def _refuse_repeated_columns(path: Path) -> None:
                           "keep one of each")
 
 
+def _refuse_case_variants(columns: Iterable[object], path: Path) -> None:
+    """A table file's column that differs from a schema column only in case or spacing (``Dtype``, ``M``,
+    ``Time Us``) is an error: read as an unknown column, its values were ignored and the schema column's default
+    taken (an fp16 GEMM priced as fp32, a backward pass as forward), or, beside the schema column itself (``b`` and
+    ``B``), one of the two values dropped, all without a word. Column names are lower case, as `hybrid data schema`
+    lists them; a column that is no variant of one (``notes``) is kept as before."""
+    names = [str(c) for c in columns]
+    for name in names:
+        if name in COLUMN_BY_NAME:
+            continue
+        key = re.sub(r"[\s-]+", "_", name.strip().lower())
+        if key not in COLUMN_BY_NAME:
+            continue
+        if key in names:
+            raise SchemaError(f"{path}: column {name!r} repeats the schema column {key!r} in another case or spacing "
+                              "(column names are lower case): keep one of the two")
+        raise SchemaError(f"{path}: column {name!r} is not a schema column, so its values would be ignored (and "
+                          f"{key!r} taken as missing or at its default); column names are lower case "
+                          f"(`hybrid data schema`): rename it {key!r}")
+
+
 #: Bytes read from the start of a text table to tell it from a binary file (:func:`binary_file_reason`).
 TEXT_PROBE_BYTES = 8192
 
@@ -689,6 +710,7 @@ def read_table(
             missing = [c for c in required if c not in df.columns]
             raise SchemaError(f"{p}: missing required column(s) {', '.join(missing)}"
                               + _column_hint(df.columns, missing) + import_hint(p))
+        _refuse_case_variants(df.columns, p)
         frames.append(validate(df, catalog, source=str(p)) if validate_rows else df)
     if not frames:
         raise SchemaError("no measurement tables given")
