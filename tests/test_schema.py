@@ -437,3 +437,23 @@ def test_a_column_named_in_another_case_is_refused_not_ignored(tmp_path, catalog
 
     assert main(["predict", "table", str(tmp_path / "t0.csv"), "-o", str(tmp_path / "out.csv")]) == 2
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_misspelt_column_is_said(tmp_path, catalog):
+    """A header `dtpye` or `num_table` (a typo of a schema column the table lacks) was an unknown column kept in
+    silence, its rows priced at the default (fp32, one table): now a DataQualityWarning names the column it is close
+    to. A column close to none (notes), or close to one the table has, says nothing."""
+    import warnings
+
+    from hybrid.errors import DataQualityWarning
+
+    p = tmp_path / "typo.csv"
+    p.write_text("device,op,dtpye,m,n,k,time_us\nH100,gemm,fp16,8192,8192,8192,1200\n")
+    with pytest.warns(DataQualityWarning, match=r"column 'dtpye' is not a schema column .*did you mean 'dtype'"):
+        df = read_table(p, catalog)
+    assert df["dtype"].iloc[0] == "fp32"  # still the default: the warning says why
+    quiet = tmp_path / "quiet.csv"
+    quiet.write_text("device,op,dtype,m,n,k,time_us,notes,dtypes\nH100,gemm,fp16,64,64,64,10,x,fp16\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataQualityWarning)
+        read_table(quiet, catalog)

@@ -569,6 +569,22 @@ def _refuse_case_variants(columns: Iterable[object], path: Path) -> None:
         raise SchemaError(f"{path}: column {name!r} is not a schema column, so its values would be ignored (and "
                           f"{key!r} taken as missing or at its default); column names are lower case "
                           f"(`hybrid data schema`): rename it {key!r}")
+    # a typo of a schema column the table lacks (dtpye, num_table): kept (it may be the user's own column) and said,
+    # since the rows take that column as missing or at its default (fp32, fwd, one table) without it
+    import difflib
+    import warnings
+
+    from hybrid.errors import DataQualityWarning
+
+    absent = [c.name for c in COLUMNS if c.name not in names]
+    for name in names:
+        if name in COLUMN_BY_NAME:
+            continue
+        close = difflib.get_close_matches(re.sub(r"[\s-]+", "_", name.strip().lower()), absent, n=1, cutoff=0.8)
+        if close:
+            warnings.warn(f"{path}: column {name!r} is not a schema column and is ignored: did you mean {close[0]!r}? "
+                          f"(without it the rows take {close[0]!r} as missing or at its default)",
+                          DataQualityWarning, stacklevel=3)
 
 
 #: Bytes read from the start of a text table to tell it from a binary file (:func:`binary_file_reason`).
