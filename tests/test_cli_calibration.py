@@ -782,3 +782,16 @@ def test_shard_says_when_the_calibrated_model_gives_no_interval(flow):
     assert rc == 0 and "warning: no 80% interval" in err
     rc, out, err = cli(["shard", str(EXAMPLE_DLRM), "--strategy", "size_greedy", "--time-budget", "0", "--json"])
     assert rc == 0 and "interval_note" not in json.loads(out)  # the roofline: no interval asked for
+
+
+def test_a_failing_command_still_says_the_data_warnings_that_explain_it(tmp_path):
+    """`calibrate` on a table whose `dtpye` header is a typo of `dtype` failed with "every training row is a GEMM
+    faster than its device's datasheet peak" (the fp16 rows priced as fp32) and dropped the warning that named the
+    typo: data-quality warnings were printed only when the command succeeded. They now come before the error."""
+    src = tmp_path / "typo.csv"
+    src.write_text("device,op,dtpye,m,n,k,time_us\nH100,gemm,fp16,8192,8192,8192,1200\n")
+    rc, out, err = cli(["calibrate", str(src), "--name", "typo", "--no-lodo", "-q",
+                        "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
+    lines = err.strip().splitlines()
+    assert rc == 2 and lines[-1].startswith("error: every training row is a GEMM faster"), err
+    assert any(line.startswith("warning: ") and "did you mean 'dtype'" in line for line in lines[:-1]), err

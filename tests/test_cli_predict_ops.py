@@ -440,3 +440,27 @@ def test_a_bare_devices_collective_across_nodes_says_the_network_it_was_costed_o
     assert "generic 100 Gb/s NIC per GPU" in warnings[0] and "system column" in warnings[0], err
     got = pd.read_csv(dst)
     assert got["predicted_us"].iloc[1] == got["predicted_us"].iloc[2] > got["predicted_us"].iloc[3]
+
+
+def test_an_output_that_cannot_be_created_fails_before_any_work(tmp_path):
+    """An output path whose parent is a file (`-o results.csv/preds.csv`; unwritable folders are the same case) was
+    found only when the finished result was written: `evaluate` and `predict table` read, checked and predicted
+    every row first (a header-only table said "table is empty" instead, a missing model "no registered model"),
+    `data import` parsed every log, and `report` loaded the run and drew every plot. Now each names the output
+    first and writes nothing."""
+    src = tmp_path / "t.csv"
+    src.write_text("op,device,dtype,m,n,k,time_us\n")  # header only: reading it is an error of its own
+    blocker = tmp_path / "results.csv"
+    blocker.write_text("a file, not a folder\n")
+    log = tmp_path / "all_reduce_perf.log"
+    log.write_text("not an nccl-tests log\n")
+    for cmd, out in ((["evaluate", str(src), "--model", "roofline"], blocker / "preds.csv"),
+                     (["evaluate", str(src), "--model", "no-such-model"], blocker / "preds.csv"),
+                     (["predict", "table", str(src)], blocker / "preds.csv"),
+                     (["data", "import", "nccl-tests", str(log)], blocker / "nccl.csv"),
+                     (["report", "--model", "no-such-model"], blocker / "report.html")):
+        rc, stdout, err = cli([*cmd, "-o", str(out)])
+        assert rc == 2 and not stdout, (cmd, err)
+        assert err.strip().splitlines()[-1] == (f"error: cannot write output {out}: {tmp_path / 'results.csv'} is a "
+                                                "file, not a directory"), (cmd, err)
+        assert blocker.read_text() == "a file, not a folder\n"

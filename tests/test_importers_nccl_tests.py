@@ -731,3 +731,20 @@ def test_a_file_named_twice_is_read_once(shared_datasets, tmp_path, catalog):
     with pytest.warns(DataImportWarning, match=r"figure5__ab__matmul_A100\.csv: given more than once"):
         both = import_paths("llmcompass", [d, d / "figure5__ab__matmul_A100.csv"], catalog=catalog)
     assert len(both) == len(import_paths("llmcompass", [d], catalog=catalog)) == 42
+
+
+def test_a_short_data_line_is_counted_once(tmp_path, catalog):
+    """A data line cut after its out-of-place algbw (4 sizes, one of them short) was said as "skipped 2 incomplete
+    or malformed data line(s)": the line was counted once for its out-of-place and once for its in-place group. It
+    is one line; the other three lines' six rows are kept."""
+    short = "        4096           512      half     sum      -1    22.00    0.19"
+    body = "\n".join(short if line.startswith("        4096") else line for line in LOG.splitlines()) + "\n"
+    p = tmp_path / "short.log"
+    p.write_text(body)
+    with pytest.warns(DataImportWarning) as said:
+        df = import_nccl_tests(p, catalog=catalog)
+    lines = [str(w.message) for w in said if "incomplete or malformed" in str(w.message)]
+    line_no = body.splitlines().index(short) + 1
+    assert len(lines) == 1 and f"skipped 1 incomplete or malformed data line(s) (first: line {line_no})" in lines[0], \
+        lines
+    assert len(df) == 6 and 4096 not in set(df["size_bytes"])

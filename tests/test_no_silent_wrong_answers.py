@@ -257,7 +257,8 @@ def test_unwritable_output_names_the_users_path(tmp_path, shared_datasets):
     blocker.write_text("x")
     out = blocker / "out.csv"
     rc, _, err = cli(["data", "import", "xla-matmul", shared_datasets / "xla/matmul_sm90_H100.csv", "-o", out])
-    assert rc == 2 and err.strip() == f"error: cannot write output {out}: a parent is a file, not a directory"
+    # refused before the import (hybrid.atomic.check_creatable, as profile / shard / campaign outputs): the parent named
+    assert rc == 2 and err.strip() == f"error: cannot write output {out}: {blocker} is a file, not a directory"
     rc, _, err = cli(["data", "pull", "xla-matmul", "--from", shared_datasets, "-o", blocker / "mirror"])
     assert rc == 2 and err.strip() == (f"error: cannot write output {blocker / 'mirror'}: a parent is a file, "
                                        "not a directory")

@@ -242,3 +242,28 @@ def test_data_validate_flags_a_merged_bundle_whose_last_run_was_cut_short(tmp_pa
         assert main(["data", "validate", "--json", str(tmp_path / "b")]) == 0
         out = json.loads(capsys.readouterr().out)
         assert [p["families_not_complete"] for p in out["partial_bundles"]] == ([["norm"]] if flagged else [])
+
+
+def test_data_validate_says_a_bundle_whose_meta_json_is_unreadable(tmp_path, capsys):
+    """A bundle whose meta.json is not valid JSON (cut short by a full disk, edited by hand) validated as "ok" without
+    a word: the record that says whether its profile was interrupted, and which families it lacks, was skipped in
+    silence. Its rows still validate; validate now says that the bundle's completeness is unknown."""
+    import shutil
+
+    from hybrid.cli.main import main
+
+    src = Path(__file__).resolve().parents[1] / "datasets" / "H200"
+    bundle = tmp_path / "H200"
+    shutil.copytree(src, bundle)
+    text = (bundle / "meta.json").read_text()
+    (bundle / "meta.json").write_text(text[: len(text) // 2])  # cut in the middle
+    assert main(["data", "validate", str(bundle)]) == 0
+    captured = capsys.readouterr()
+    assert f"warning: {bundle / 'meta.json'} is not valid JSON" in captured.err, captured.err
+    assert "whether its profile completed is unknown" in captured.err
+    assert main(["data", "validate", "--json", str(bundle)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["unreadable_meta"] == [str(bundle / "meta.json")] and out["partial_bundles"] == []
+    # a whole bundle says nothing of the kind
+    assert main(["data", "validate", "--json", str(src)]) == 0
+    assert json.loads(capsys.readouterr().out)["unreadable_meta"] == []

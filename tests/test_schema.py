@@ -403,3 +403,57 @@ def test_record_lines_of_bytes_already_read_do_not_read_the_file_again(tmp_path)
     p.write_bytes(data)
     assert csv_record_lines(p, 2) == (2, 4)
     assert csv_record_lines(p, 2, data=b"a,b\n1,2\n3,4\n") is None
+
+
+def test_a_column_named_in_another_case_is_refused_not_ignored(tmp_path, catalog):
+    """A header `Dtype` (or `Direction`, `M,N,K`) is no schema column: it was kept as an unknown column and its values
+    ignored, so an fp16 H100 GEMM of 8192^3 was priced at the fp32 default, 16,415 us instead of 1,115 us (14.7x),
+    by `evaluate` and `predict table` without a word; `b` beside `B` dropped one of the two. Now a table file whose
+    column differs from a schema column only in case or spacing is refused, naming both; unknown columns that are
+    no variant of one (notes) are still kept."""
+    row = "H100,gemm,fp16,8192,8192,8192,1200"
+    cases = {
+        "device,op,Dtype,m,n,k,time_us": r"column 'Dtype' is not a schema column, .*rename it 'dtype'",
+        "device,op,dtype,M,N,K,time_us": r"column 'M' is not a schema column, .*rename it 'm'",
+        "device,op,dtype,m,n,k,time_us,b,B": r"column 'B' repeats the schema column 'b'",
+        "device,op,dtype,m,n,k,Time Us": r"column 'Time Us' is not a schema column, .*rename it 'time_us'",
+    }
+    for i, (header, message) in enumerate(cases.items()):
+        p = tmp_path / f"t{i}.csv"
+        extra = ",1,8" if header.endswith(",B") else ""
+        p.write_text(f"{header}\n{row}{extra}\n")
+        with pytest.raises(SchemaError, match=message):
+            read_table(p, catalog)
+        parquet = tmp_path / f"t{i}.parquet"
+        pd.read_csv(p).to_parquet(parquet)
+        with pytest.raises(SchemaError, match=message):
+            read_table(parquet, catalog)
+    ok = tmp_path / "ok.csv"
+    ok.write_text(f"device,op,dtype,m,n,k,time_us,notes,kernel_name\n{row},fast run,sm90_xmma\n")
+    df = read_table(ok, catalog)
+    assert df["dtype"].iloc[0] == "fp16" and df["notes"].iloc[0] == "fast run"
+    # the CLI says it as one error line
+    from hybrid.cli.main import main
+
+    assert main(["predict", "table", str(tmp_path / "t0.csv"), "-o", str(tmp_path / "out.csv")]) == 2
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_misspelt_column_is_said(tmp_path, catalog):
+    """A header `dtpye` or `num_table` (a typo of a schema column the table lacks) was an unknown column kept in
+    silence, its rows priced at the default (fp32, one table): now a DataQualityWarning names the column it is close
+    to. A column close to none (notes), or close to one the table has, says nothing."""
+    import warnings
+
+    from hybrid.errors import DataQualityWarning
+
+    p = tmp_path / "typo.csv"
+    p.write_text("device,op,dtpye,m,n,k,time_us\nH100,gemm,fp16,8192,8192,8192,1200\n")
+    with pytest.warns(DataQualityWarning, match=r"column 'dtpye' is not a schema column .*did you mean 'dtype'"):
+        df = read_table(p, catalog)
+    assert df["dtype"].iloc[0] == "fp32"  # still the default: the warning says why
+    quiet = tmp_path / "quiet.csv"
+    quiet.write_text("device,op,dtype,m,n,k,time_us,notes,dtypes\nH100,gemm,fp16,64,64,64,10,x,fp16\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataQualityWarning)
+        read_table(quiet, catalog)

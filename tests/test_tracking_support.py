@@ -309,3 +309,40 @@ def test_a_deleted_run_is_listed_as_deleted_not_finished(tmp_path):
     client.delete_run(run.info.run_id)
     assert status() == "DELETED"
     assert "was deleted in MLflow" in incomplete_note("models:/m/1", run.info.run_id, "DELETED")
+
+
+@pytest.mark.parametrize("uri", ["sqlite://", "sqlite:///", "sqlite:///:memory:", "sqlite:///:memory:?cache=shared",
+                                 "sqlite:///file:store?mode=memory&uri=true"])
+def test_an_in_memory_sqlite_store_is_refused(uri, tmp_path, capsys):
+    """An in-memory SQLite store keeps nothing once the command ends: `calibrate --tracking-uri sqlite://` recorded a
+    run and registered a model (exit 0, "report command: hybrid report --run ...") into a database that was gone a
+    moment later, and `models` / `evaluate` printed MLflow's schema-migration INFO lines before "no models"."""
+    from hybrid.cli.main import main
+
+    with pytest.raises(InvalidInputError, match="in-memory SQLite"):
+        resolve_tracking_uri(uri)
+    assert main(["models", "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "in-memory SQLite" in err[0] and "INFO" not in err[0], err
+    # a file store is still a store
+    assert resolve_tracking_uri(f"sqlite:///{tmp_path / 'memory.db'}") == f"sqlite:///{tmp_path / 'memory.db'}"
+
+
+def test_a_directory_named_as_the_sqlite_store_is_one_clear_error(tmp_path, capsys):
+    """`--tracking-uri sqlite:////some/folder` (or `folder.db/`, a directory): calibrate failed with SQLAlchemy's
+    "OperationalError: unable to open database file" (exit 1, the internal-error code) after leaving a lock file
+    beside the folder, and the read-only commands said "nothing was calibrated into it". Now both name the
+    directory, and nothing is created."""
+    from hybrid.cli.main import main
+    from hybrid.tracking.store import TrackingError
+
+    folder = tmp_path / "store.db"
+    folder.mkdir()
+    for create in (True, False):
+        with pytest.raises(TrackingError, match="is a directory, not a SQLite database file"):
+            open_store(f"sqlite:///{folder}").client(create=create)
+    assert main(["models", "--tracking-uri", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is a directory" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store.db"]  # no store.db.lock
+    assert not any(folder.iterdir())

@@ -144,7 +144,7 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
     with said_warnings():
         data = load_measurements(list(tables), bundle_catalog(list(tables)))
     df = data.table
-    partial = _partial_bundles(tables)
+    partial, unreadable_meta = _partial_bundles(tables)
     counts = df.groupby(["op", "device"]).size().reset_index(name="rows")
     # physically implausible groups (GPU GEMMs faster than the datasheet peak): valid rows, but every fit leaves
     # them out; said here so that a unit slip (ms in time_us) shows before a calibration
@@ -160,6 +160,7 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
                    **{key: value for key, (value, _) in findings.items()},
                    "failed_validation": {"rows": wrong},
                    "partial_bundles": [{"bundle": str(p), **stop} for p, stop in partial],
+                   "unreadable_meta": [str(m) for m in unreadable_meta],
                    "repeated": {"configs": int(repeats["configs"].sum()), "rows": int(repeats["rows"].sum()),
                                 "differing": int(repeats["differing"].sum()),
                                 "by_op_device": repeats.astype(object).where(repeats.notna(), None)
@@ -181,29 +182,35 @@ def validate_cmd(tables: tuple[Path, ...], as_json: bool) -> None:
         click.echo(f"warning: {p} is a partial bundle: its profile {how} (families not complete: "
                    f"{', '.join(stop.get('families_not_complete') or []) or 'unknown'}); measure the rest with "
                    f"`{stop.get('resume', 'hybrid profile --skip-existing ...')}` and merge the two", err=True)
+    for m in unreadable_meta:
+        click.echo(f"warning: {m} is not valid JSON: whether its profile completed is unknown (an interrupted one "
+                   "names the families it lacks there); its rows are checked all the same", err=True)
     if wrong:
         click.echo(f"warning: {wrong:,} of {len(df):,} rows report wrong results (#wrong > 0 in the benchmark's own "
                    "check), which calibration and evaluate leave out", err=True)
     click.echo(f"ok: {len(df)} rows in {len(tables)} table(s)")
 
 
-def _partial_bundles(paths: tuple[Path, ...]) -> list[tuple[Path, dict[str, Any]]]:
+def _partial_bundles(paths: tuple[Path, ...]) -> tuple[list[tuple[Path, dict[str, Any]]], list[Path]]:
     """The bundles among ``paths`` whose ``meta.json`` says the profile was interrupted (``partial``), with their
-    ``interrupted`` record. A merged bundle lists both per run: flagged when its last run, the one that measured the
-    rest (a resumed ``gpu-session`` step), was cut short too; an earlier partial run's rest may be in it."""
-    from hybrid.data.bundle import partial_stop, read_meta
+    ``interrupted`` record, and the ``meta.json`` files that are not valid JSON (whether their profile completed is
+    unknown; the table's rows are checked all the same). A merged bundle lists both per run: flagged when its last
+    run, the one that measured the rest (a resumed ``gpu-session`` step), was cut short too; an earlier partial run's
+    rest may be in it."""
+    from hybrid.data.bundle import META_FILE, partial_stop, read_meta
     from hybrid.errors import SchemaError
 
-    found = []
+    found, unreadable = [], []
     for p in paths:
         try:
             meta = read_meta(p) if p.is_dir() else {}
-        except SchemaError:  # an unreadable meta.json says nothing of the table validate checks
+        except SchemaError:  # said (was skipped in silence: a partial bundle cut mid-write validated as whole)
+            unreadable.append(p / META_FILE)
             continue
         stop = partial_stop(meta)
         if stop is not None:
             found.append((p, stop))
-    return found
+    return found, unreadable
 
 
 @data.command("schema")

@@ -73,7 +73,8 @@ def quality_warnings() -> Iterator[None]:
     collected and printed once each as ``warning:`` lines at its end; every other
     warning goes on as it would have. A calibration run the tracking store could not be told about
     (:class:`~hybrid.errors.RunStateWarning`: left ``RUNNING``) is a ``warning:`` line too, also when the block
-    fails (before the CLI's ``error:`` line)."""
+    fails (before the CLI's ``error:`` line); the data-quality ones are too when the failure refuses the input
+    (:class:`~hybrid.errors.InvalidInputError`, :class:`~hybrid.errors.SchemaError`), which they may explain."""
     from hybrid.errors import DataQualityWarning, RunStateWarning, TransferWarning
 
     ours = (DataQualityWarning, RunStateWarning, TransferWarning)
@@ -82,8 +83,15 @@ def quality_warnings() -> Iterator[None]:
         warnings.simplefilter("always", TransferWarning)
         try:
             yield
-        except BaseException:
-            report_warnings([w for w in caught if issubclass(w.category, RunStateWarning)])
+        except BaseException as exc:
+            # where the input was refused, the data-quality notes too: they often say why (a typo'd `dtpye` column
+            # read as fp32 made every GEMM faster than the peak, and the error came without the warning naming the
+            # typo); an unreachable store or an interrupt is one line, as before
+            from hybrid.errors import InvalidInputError, SchemaError
+
+            said = (DataQualityWarning, RunStateWarning) if isinstance(exc, (InvalidInputError, SchemaError)) \
+                else RunStateWarning
+            report_warnings([w for w in caught if issubclass(w.category, said)])
             raise
     for w in caught:
         if not issubclass(w.category, ours):

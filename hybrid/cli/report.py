@@ -34,6 +34,9 @@ def report(model_ref: str | None, run_id: str | None, tables: tuple[str, ...], o
 
     if Path(output).suffix.lower() not in (".html", ".htm"):  # checked before any work: the report is HTML
         raise InvalidInputError(f"output {output}: the report is an HTML page; use a .html file name")
+    from hybrid.atomic import check_creatable
+
+    check_creatable(output)  # before loading the run and drawing its plots (a parent that is a file, no permission)
     store = open_store(tracking_uri)
     # the stages on stderr, as `hybrid calibrate` shows its own (a large run takes tens of seconds)
     bar = tqdm(total=1, desc="report", disable=quiet, leave=False, bar_format="{desc} ...")

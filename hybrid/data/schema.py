@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hybrid.atomic import atomic_file
+from hybrid.atomic import atomic_file, check_creatable
 from hybrid.errors import InvalidInputError, OutputPathError, SchemaError, UnknownDeviceError, at_row
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import FAMILIES, INDEX_DISTS, OP_TO_FAMILY
@@ -550,6 +550,43 @@ def _refuse_repeated_columns(path: Path) -> None:
                           "keep one of each")
 
 
+def _refuse_case_variants(columns: Iterable[object], path: Path) -> None:
+    """A table file's column that differs from a schema column only in case or spacing (``Dtype``, ``M``,
+    ``Time Us``) is an error: read as an unknown column, its values were ignored and the schema column's default
+    taken (an fp16 GEMM priced as fp32, a backward pass as forward), or, beside the schema column itself (``b`` and
+    ``B``), one of the two values dropped, all without a word. Column names are lower case, as `hybrid data schema`
+    lists them; a column that is no variant of one (``notes``) is kept as before."""
+    names = [str(c) for c in columns]
+    for name in names:
+        if name in COLUMN_BY_NAME:
+            continue
+        key = re.sub(r"[\s-]+", "_", name.strip().lower())
+        if key not in COLUMN_BY_NAME:
+            continue
+        if key in names:
+            raise SchemaError(f"{path}: column {name!r} repeats the schema column {key!r} in another case or spacing "
+                              "(column names are lower case): keep one of the two")
+        raise SchemaError(f"{path}: column {name!r} is not a schema column, so its values would be ignored (and "
+                          f"{key!r} taken as missing or at its default); column names are lower case "
+                          f"(`hybrid data schema`): rename it {key!r}")
+    # a typo of a schema column the table lacks (dtpye, num_table): kept (it may be the user's own column) and said,
+    # since the rows take that column as missing or at its default (fp32, fwd, one table) without it
+    import difflib
+    import warnings
+
+    from hybrid.errors import DataQualityWarning
+
+    absent = [c.name for c in COLUMNS if c.name not in names]
+    for name in names:
+        if name in COLUMN_BY_NAME:
+            continue
+        close = difflib.get_close_matches(re.sub(r"[\s-]+", "_", name.strip().lower()), absent, n=1, cutoff=0.8)
+        if close:
+            warnings.warn(f"{path}: column {name!r} is not a schema column and is ignored: did you mean {close[0]!r}? "
+                          f"(without it the rows take {close[0]!r} as missing or at its default)",
+                          DataQualityWarning, stacklevel=3)
+
+
 #: Bytes read from the start of a text table to tell it from a binary file (:func:`binary_file_reason`).
 TEXT_PROBE_BYTES = 8192
 
@@ -689,6 +726,7 @@ def read_table(
             missing = [c for c in required if c not in df.columns]
             raise SchemaError(f"{p}: missing required column(s) {', '.join(missing)}"
                               + _column_hint(df.columns, missing) + import_hint(p))
+        _refuse_case_variants(df.columns, p)
         frames.append(validate(df, catalog, source=str(p)) if validate_rows else df)
     if not frames:
         raise SchemaError("no measurement tables given")
@@ -909,13 +947,14 @@ TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 def check_table_path(path: str | os.PathLike) -> Path:
     """``path`` as a :class:`Path` if it names a table file (:data:`TABLE_SUFFIXES`) that is not a directory; else a
     clear error (call it before the work that produces the table: a directory named ``x.csv`` was found only when
-    the finished table was written)."""
+    the finished table was written). A path that cannot be created (a parent that is a file, a folder this process
+    may not write into: :func:`~hybrid.atomic.check_creatable`) is refused here too, not after the work."""
     p = Path(path)
     if p.suffix.lower() not in TABLE_SUFFIXES:
         raise InvalidInputError(f"output {p}: use a .csv or .parquet file name")
     if p.is_dir():
         raise OutputPathError(f"cannot write output {p}: it is a directory")
-    return p
+    return check_creatable(p)
 
 
 def write_table(table: pd.DataFrame, path: str | os.PathLike, catalog: Catalog | None = None,

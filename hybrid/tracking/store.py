@@ -133,7 +133,23 @@ def resolve_tracking_uri(explicit: str | None = None) -> str:
         raise InvalidInputError(f"unsupported tracking URI {redact_uri(uri)!r}: use sqlite:///path/to/store.db, "
                                 "http(s)://host:port (an `mlflow server`), or a database URI "
                                 f"({', '.join(s for s in TRACKING_SCHEMES if s not in ('http', 'https', 'sqlite'))})")
+    if scheme == "sqlite" and in_memory_sqlite(uri):
+        # SQLAlchemy's in-memory database lives as long as the process: `calibrate` recorded its run and registered
+        # its model there (exit 0, a `hybrid report --run` line for a run already gone), and the read-only commands
+        # created MLflow's schema in it (its INFO lines) to find nothing
+        raise InvalidInputError(f"tracking URI {redact_uri(uri)!r} is an in-memory SQLite database, which keeps nothing "
+                                "once the command ends: name a file (sqlite:///path/to/mlflow.db) or a server "
+                                "(http://host:port), or leave the option out for the default local store")
     return uri
+
+
+def in_memory_sqlite(uri: str) -> bool:
+    """True for a SQLite URI of an in-memory database, as SQLAlchemy and SQLite read it: no path (``sqlite://``,
+    ``sqlite:///``), the path ``:memory:``, or SQLite's URI filename with ``mode=memory``."""
+    rest = uri.split("://", 1)[1] if "://" in uri else uri
+    path, _, query = rest.partition("?")
+    path = unquote(path)
+    return path in ("", "/") or path.lstrip("/").startswith(":memory:") or "mode=memory" in query.lower()
 
 
 #: URI schemes an MLflow tracking store with a model registry can have (``postgresql+psycopg2`` etc. included).
@@ -183,6 +199,14 @@ class Store:
         from mlflow import MlflowClient
 
         if self.db_path is not None:
+            if self.db_path.is_dir():
+                # checked before the store lock (a .lock file beside the folder) and SQLAlchemy's "unable to open
+                # database file" (exit 1), or, read-only, "nothing was calibrated into it"
+                inside = self.db_path / "mlflow.db"
+                hint = (f"; {inside} exists: pass sqlite:///{inside}" if inside.is_file()
+                        else " (e.g. sqlite:///path/to/mlflow.db)")
+                raise TrackingError(f"{self.db_path} is a directory, not a SQLite database file: name the store's "
+                                    f"file{hint}; check --tracking-uri / $MLFLOW_TRACKING_URI")
             if not create and not self.db_path.is_file():
                 raise TrackingError(f"no tracking store at {self.db_path} (nothing was calibrated into it); "
                                     "check --tracking-uri / $MLFLOW_TRACKING_URI, or run `hybrid calibrate` first")

@@ -362,8 +362,10 @@ def _section_rows(sec: _Section, path: Path) -> list[tuple]:
             factor = busbw / algbw if algbw >= 1.0 else np.nan
             records.append((no, size, count, dtype_name, redop, root, in_place, t * scale, wrong, factor))
     if bad:
-        warn(path, f"section starting at line {sec.start_line}: skipped {len(bad)} incomplete or malformed data "
-                   f"line(s) (first: line {bad[0]}); truncated log?")
+        # a line short of both its out-of-place and in-place groups is listed once per group: one line all the same
+        lines = sorted(set(bad))
+        warn(path, f"section starting at line {sec.start_line}: skipped {len(lines)} incomplete or malformed data "
+                   f"line(s) (first: line {lines[0]}); truncated log?")
     if unusable:
         shown = "; ".join(unusable[:5]) + (f"; ... and {len(unusable) - 5} more" if len(unusable) > 5 else "")
         warn(path, f"section starting at line {sec.start_line}: dropped {len(unusable)} measurement(s) whose "
