@@ -464,3 +464,33 @@ def test_an_output_that_cannot_be_created_fails_before_any_work(tmp_path):
         assert err.strip().splitlines()[-1] == (f"error: cannot write output {out}: {tmp_path / 'results.csv'} is a "
                                                 "file, not a directory"), (cmd, err)
         assert blocker.read_text() == "a file, not a folder\n"
+
+
+def test_predict_table_of_collectives_that_name_only_their_systems(tmp_path):
+    """A table of collectives naming their systems and no device (as ``predict collective --system`` takes one) was
+    refused for its missing device column: each row now runs on its system's GPU (an empty device cell likewise),
+    priced as ``predict collective`` prices it; a row whose system the catalog lacks is still refused, named."""
+    src, dst = tmp_path / "coll.csv", tmp_path / "out.csv"
+    src.write_text("op,system,size_bytes,n_ranks,n_nodes\n"
+                   "all_reduce,DGX-H100,1048576,8,1\n"
+                   "all_gather,dgx-a100,67108864,16,2\n")
+    rc, _, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 0, err
+    got = pd.read_csv(dst)
+    assert got["device"].tolist() == ["H100-SXM", "A100-SXM4-80GB"]
+    rc, out, err = cli(["predict", "collective", "-s", "DGX-H100", "--op", "all_reduce", "--size", "1048576",
+                        "--ranks", "8", "--json"])
+    assert rc == 0, err
+    assert got["predicted_us"].iloc[0] == pytest.approx(json.loads(out)["time_us"], rel=1e-9)
+    # an empty device cell beside a named system: the system's GPU; a named device is kept
+    src.write_text("device,op,system,size_bytes,n_ranks\n"
+                   ",all_reduce,DGX-H100,1048576,8\n"
+                   "H100-PCIE,all_reduce,DGX-H100,1048576,8\n")
+    rc, _, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 0, err
+    assert "H100-PCIE" in err  # the second row's device is not its system's GPU: said, as before
+    assert pd.read_csv(dst)["device"].tolist() == ["H100-SXM", "H100-PCIE"]
+    src.write_text("op,system,size_bytes,n_ranks\nall_reduce,nosys,1048576,8\n")
+    dst.unlink()
+    rc, out, err = cli(["predict", "table", str(src), "-o", str(dst)])
+    assert rc == 2 and not dst.exists() and "Traceback" not in err and "device" in err, err

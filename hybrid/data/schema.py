@@ -8,8 +8,10 @@ rejects a bad table with an error naming the first bad row and column; :func:`wr
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,14 @@ import numpy as np
 import pandas as pd
 
 from hybrid.atomic import atomic_file, check_creatable
-from hybrid.errors import InvalidInputError, OutputPathError, SchemaError, UnknownDeviceError, at_row
+from hybrid.errors import (
+    DataQualityWarning,
+    InvalidInputError,
+    OutputPathError,
+    SchemaError,
+    UnknownDeviceError,
+    at_row,
+)
 from hybrid.hardware.catalog import Catalog, default_catalog
 from hybrid.ops.families import FAMILIES, INDEX_DISTS, OP_TO_FAMILY
 from hybrid.units import normalize_dtype
@@ -239,6 +248,32 @@ def validate(
         raise _fail(table, *args, label=at_row(index, args[0])) from None
 
 
+def devices_of_systems(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
+    """``table`` with a row that names its ``system`` but no ``device`` (the column absent, or the row's cell empty)
+    on that system's GPU, as ``hybrid predict collective --system`` takes a collective: a table of collectives may
+    name only their systems. A system the catalog does not know leaves the row without a device (the missing device
+    is then refused as before); ``table`` itself is not changed."""
+    system = table["system"].astype("string").str.strip()
+    if "device" in table.columns:
+        device = table["device"].astype("string").str.strip()
+        empty = (device.isna() | (device == "")).to_numpy(dtype=bool)
+    else:
+        device = pd.Series(pd.NA, index=table.index, dtype="string")
+        empty = np.ones(len(table), dtype=bool)
+    codes, names = pd.factorize(system.where(empty & system.notna().to_numpy(dtype=bool)))
+    if not len(names):
+        return table
+    gpus = []
+    for name in names:  # one lookup per distinct system
+        sy = catalog.resolve_system(str(name), missing_ok=True)
+        dev = catalog.system_device(sy, missing_ok=True) if sy is not None else None
+        gpus.append(dev.key if dev is not None else pd.NA)
+    filled = pd.Series(np.array(gpus + [pd.NA], dtype=object)[codes], index=table.index, dtype="string")
+    out = table.copy(deep=False)
+    out["device"] = device.where(~empty, filled)
+    return out
+
+
 def _validate(
     table: pd.DataFrame,
     catalog: Catalog | None = None,
@@ -262,6 +297,8 @@ def _validate(
         raise SchemaError(f"{source or 'table'}: expected a DataFrame, got {type(table).__name__}")
     if len(table) == 0:
         raise SchemaError(f"{source or 'table'}: table is empty (no rows)")
+    if "system" in table.columns:
+        table = devices_of_systems(table, catalog or default_catalog())
     missing = [c for c in REQUIRED if c not in table.columns]
     if missing:
         raise SchemaError(f"{source or 'table'}: missing required column(s) {', '.join(missing)}"
@@ -571,11 +608,6 @@ def _refuse_case_variants(columns: Iterable[object], path: Path) -> None:
                           f"(`hybrid data schema`): rename it {key!r}")
     # a typo of a schema column the table lacks (dtpye, num_table): kept (it may be the user's own column) and said,
     # since the rows take that column as missing or at its default (fp32, fwd, one table) without it
-    import difflib
-    import warnings
-
-    from hybrid.errors import DataQualityWarning
-
     absent = [c.name for c in COLUMNS if c.name not in names]
     for name in names:
         if name in COLUMN_BY_NAME:
@@ -851,10 +883,6 @@ def _check_system_device(table: pd.DataFrame, catalog: Catalog, source: str) -> 
     Sophia logs as DGX-A100, or a what-if), but no longer silently: a mislabelled column looks just the same."""
     bad = system_device_mismatch(table, catalog)
     if bad is not None:
-        import warnings
-
-        from hybrid.errors import DataQualityWarning
-
         i, system, holds, device, n = bad
         warnings.warn(f"{source}: row {i + 1} (CSV line {row_line(table, i)})" + (f" and {n - 1} more" if n > 1 else "")
                       + f": collective of device {device} on system {system}, whose GPU is {holds}: costed on "
@@ -886,10 +914,6 @@ def _check_bare_nodes(table: pd.DataFrame, catalog: Catalog, source: str) -> Non
     bare = across & ~known
     if not bare.any():
         return
-    import warnings
-
-    from hybrid.errors import DataQualityWarning
-
     devices = table["device"].astype(str).to_numpy()
     for device in pd.unique(devices[bare]):
         rows = np.flatnonzero(bare & (devices == device))
