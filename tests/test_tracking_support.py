@@ -346,3 +346,18 @@ def test_a_directory_named_as_the_sqlite_store_is_one_clear_error(tmp_path, caps
     assert len(err) == 1 and "is a directory" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store.db"]  # no store.db.lock
     assert not any(folder.iterdir())
+
+
+def test_a_store_whose_folder_cannot_be_written_is_named_not_its_lock_file(tmp_path):
+    """A local store under a folder that cannot be created or written failed with the lock file's OS error
+    ("/sys/x.db.lock: permission denied"), naming a file the user never gave; the error names the store."""
+    from hybrid.tracking.store import Store, TrackingError, store_lock
+
+    blocker = tmp_path / "afile"
+    blocker.write_text("not a folder")
+    db = blocker / "mlflow.db"
+    with pytest.raises(TrackingError) as info:
+        with store_lock(Store(uri=f"sqlite:///{db}", db_path=db)):
+            pass
+    msg = str(info.value)
+    assert f"tracking store {db}" in msg and "not writable" in msg and ".lock" not in msg, msg

@@ -438,8 +438,14 @@ def store_lock(store: Store, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None
         yield
         return
     lock_path = store.db_path.with_name(store.db_path.name + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+") as fh:
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(lock_path, "a+")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:  # the error names the store the user gave, not the lock file beside it
+        raise TrackingError(f"cannot write to the tracking store {store.db_path}: its folder "
+                            f"{store.db_path.parent} is not writable ({exc.strerror or exc}); check --tracking-uri "
+                            "/ $MLFLOW_TRACKING_URI / $HYBRID_HOME") from None
+    with fh:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
