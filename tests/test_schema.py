@@ -453,7 +453,8 @@ def test_a_misspelt_column_is_said(tmp_path, catalog):
         df = read_table(p, catalog)
     assert df["dtype"].iloc[0] == "fp32"  # still the default: the warning says why
     quiet = tmp_path / "quiet.csv"
-    quiet.write_text("device,op,dtype,m,n,k,time_us,notes,dtypes\nH100,gemm,fp16,64,64,64,10,x,fp16\n")
+    # (``kernel``: a profiler's kernel-name column, a word that ``kernel_h`` qualifies, not a typo of it)
+    quiet.write_text("device,op,dtype,m,n,k,time_us,notes,dtypes,kernel\nH100,gemm,fp16,64,64,64,10,x,fp16,sm90_gemm\n")
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataQualityWarning)
         read_table(quiet, catalog)

@@ -612,8 +612,11 @@ def _refuse_case_variants(columns: Iterable[object], path: Path) -> None:
     for name in names:
         if name in COLUMN_BY_NAME:
             continue
-        close = difflib.get_close_matches(re.sub(r"[\s-]+", "_", name.strip().lower()), absent, n=1, cutoff=0.8)
-        if close:
+        key = re.sub(r"[\s-]+", "_", name.strip().lower())
+        close = difflib.get_close_matches(key, absent, n=1, cutoff=0.8)
+        # a word the schema column qualifies is a column of the user's own (a profiler's `kernel` name column is
+        # not a misspelt `kernel_h`)
+        if close and not close[0].startswith(key + "_"):
             warnings.warn(f"{path}: column {name!r} is not a schema column and is ignored: did you mean {close[0]!r}? "
                           f"(without it the rows take {close[0]!r} as missing or at its default)",
                           DataQualityWarning, stacklevel=3)
