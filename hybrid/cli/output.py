@@ -75,7 +75,13 @@ def quality_warnings() -> Iterator[None]:
     (:class:`~hybrid.errors.RunStateWarning`: left ``RUNNING``) is a ``warning:`` line too, also when the block
     fails (before the CLI's ``error:`` line); the data-quality ones are too when the failure refuses the input
     (:class:`~hybrid.errors.InvalidInputError`, :class:`~hybrid.errors.SchemaError`), which they may explain."""
-    from hybrid.errors import DataQualityWarning, RunStateWarning, TransferWarning
+    from hybrid.errors import (
+        DataQualityWarning,
+        InvalidInputError,
+        RunStateWarning,
+        SchemaError,
+        TransferWarning,
+    )
 
     ours = (DataQualityWarning, RunStateWarning, TransferWarning)
     with warnings.catch_warnings(record=True) as caught:
@@ -87,8 +93,6 @@ def quality_warnings() -> Iterator[None]:
             # where the input was refused, the data-quality notes too: they often say why (a typo'd `dtpye` column
             # read as fp32 made every GEMM faster than the peak, and the error came without the warning naming the
             # typo); an unreachable store or an interrupt is one line, as before
-            from hybrid.errors import InvalidInputError, SchemaError
-
             said = (DataQualityWarning, RunStateWarning) if isinstance(exc, (InvalidInputError, SchemaError)) \
                 else RunStateWarning
             report_warnings([w for w in caught if issubclass(w.category, said)])

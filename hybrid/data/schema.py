@@ -248,30 +248,20 @@ def validate(
         raise _fail(table, *args, label=at_row(index, args[0])) from None
 
 
-def devices_of_systems(table: pd.DataFrame, catalog: Catalog) -> pd.DataFrame:
-    """``table`` with a row that names its ``system`` but no ``device`` (the column absent, or the row's cell empty)
-    on that system's GPU, as ``hybrid predict collective --system`` takes a collective: a table of collectives may
-    name only their systems. A system the catalog does not know leaves the row without a device (the missing device
-    is then refused as before); ``table`` itself is not changed."""
-    system = table["system"].astype("string").str.strip()
-    if "device" in table.columns:
-        device = table["device"].astype("string").str.strip()
-        empty = (device.isna() | (device == "")).to_numpy(dtype=bool)
-    else:
-        device = pd.Series(pd.NA, index=table.index, dtype="string")
-        empty = np.ones(len(table), dtype=bool)
-    codes, names = pd.factorize(system.where(empty & system.notna().to_numpy(dtype=bool)))
-    if not len(names):
-        return table
+def _devices_of_systems(dev: pd.Series, empty: np.ndarray, systems: pd.Series, catalog: Catalog) -> pd.Series:
+    """``dev`` (:func:`_clean_text` of the device column) with its ``empty`` rows that name a ``system`` on that
+    system's GPU, as ``hybrid predict collective --system`` takes a collective: a table of collectives may name only
+    their systems. One catalog lookup per distinct system; a system the catalog does not know leaves its row empty
+    (then refused as a missing device)."""
+    sys_names = _clean_text(systems[empty], lower=False)
     gpus = []
-    for name in names:  # one lookup per distinct system
+    for name in sys_names.cat.categories:
         sy = catalog.resolve_system(str(name), missing_ok=True)
-        dev = catalog.system_device(sy, missing_ok=True) if sy is not None else None
-        gpus.append(dev.key if dev is not None else pd.NA)
-    filled = pd.Series(np.array(gpus + [pd.NA], dtype=object)[codes], index=table.index, dtype="string")
-    out = table.copy(deep=False)
-    out["device"] = device.where(~empty, filled)
-    return out
+        d = catalog.system_device(sy, missing_ok=True) if sy is not None else None
+        gpus.append(d.key if d is not None else None)
+    filled = dev.astype(object)
+    filled[empty] = np.array(gpus + [None], dtype=object)[sys_names.cat.codes.to_numpy()]
+    return _clean_text(filled, lower=False)
 
 
 def _validate(
@@ -297,14 +287,18 @@ def _validate(
         raise SchemaError(f"{source or 'table'}: expected a DataFrame, got {type(table).__name__}")
     if len(table) == 0:
         raise SchemaError(f"{source or 'table'}: table is empty (no rows)")
-    if "system" in table.columns:
-        table = devices_of_systems(table, catalog or default_catalog())
-    missing = [c for c in REQUIRED if c not in table.columns]
+    # (a row naming its system may leave its device out: :func:`_devices_of_systems`)
+    missing = [c for c in REQUIRED if c not in table.columns and not (c == "device" and "system" in table.columns)]
     if missing:
         raise SchemaError(f"{source or 'table'}: missing required column(s) {', '.join(missing)}"
                           + _column_hint(table.columns, missing))
     # no deep copy: every normalised column is replaced as a whole, never written into
     df = table.reset_index(drop=True)
+    if "device" not in df.columns:
+        df["device"] = pd.Series(pd.NA, index=df.index, dtype="string")  # every row names its system
+    if "system" in df.columns and df["device"].isna().any():  # before the per-op required values check devices
+        dev = _clean_text(df["device"], lower=False)
+        df["device"] = _devices_of_systems(dev, dev.isna().to_numpy(), df["system"], catalog or default_catalog())
 
     # op names
     ops = _clean_text(df["op"])
@@ -587,6 +581,12 @@ def _refuse_repeated_columns(path: Path) -> None:
                           "keep one of each")
 
 
+def _column_key(name: str) -> str:
+    """The schema column a table's column name would be, written in another case or spacing (``Time Us``,
+    ``n-ranks``): lower case, blanks and hyphens as one underscore."""
+    return re.sub(r"[\s-]+", "_", name.strip().lower())
+
+
 def _refuse_case_variants(columns: Iterable[object], path: Path) -> None:
     """A table file's column that differs from a schema column only in case or spacing (``Dtype``, ``M``,
     ``Time Us``) is an error: read as an unknown column, its values were ignored and the schema column's default
@@ -595,10 +595,8 @@ def _refuse_case_variants(columns: Iterable[object], path: Path) -> None:
     lists them; a column that is no variant of one (``notes``) is kept as before."""
     names = [str(c) for c in columns]
     for name in names:
-        if name in COLUMN_BY_NAME:
-            continue
-        key = re.sub(r"[\s-]+", "_", name.strip().lower())
-        if key not in COLUMN_BY_NAME:
+        key = _column_key(name)
+        if name in COLUMN_BY_NAME or key not in COLUMN_BY_NAME:
             continue
         if key in names:
             raise SchemaError(f"{path}: column {name!r} repeats the schema column {key!r} in another case or spacing "
@@ -606,16 +604,20 @@ def _refuse_case_variants(columns: Iterable[object], path: Path) -> None:
         raise SchemaError(f"{path}: column {name!r} is not a schema column, so its values would be ignored (and "
                           f"{key!r} taken as missing or at its default); column names are lower case "
                           f"(`hybrid data schema`): rename it {key!r}")
-    # a typo of a schema column the table lacks (dtpye, num_table): kept (it may be the user's own column) and said,
-    # since the rows take that column as missing or at its default (fp32, fwd, one table) without it
+
+
+def _warn_near_typos(columns: Iterable[object], path: Path) -> None:
+    """A typo of a schema column the table lacks (``dtpye``, ``num_table``) is kept (it may be the user's own column)
+    and said in a :class:`~hybrid.errors.DataQualityWarning`: without it the rows take that column as missing or at
+    its default (fp32, fwd, one table). A word the schema column qualifies is the user's own (a profiler's
+    ``kernel`` name column is not a misspelt ``kernel_h``)."""
+    names = [str(c) for c in columns]
     absent = [c.name for c in COLUMNS if c.name not in names]
     for name in names:
         if name in COLUMN_BY_NAME:
             continue
-        key = re.sub(r"[\s-]+", "_", name.strip().lower())
+        key = _column_key(name)
         close = difflib.get_close_matches(key, absent, n=1, cutoff=0.8)
-        # a word the schema column qualifies is a column of the user's own (a profiler's `kernel` name column is
-        # not a misspelt `kernel_h`)
         if close and not close[0].startswith(key + "_"):
             warnings.warn(f"{path}: column {name!r} is not a schema column and is ignored: did you mean {close[0]!r}? "
                           f"(without it the rows take {close[0]!r} as missing or at its default)",
@@ -680,7 +682,7 @@ def _column_hint(columns: Iterable[object], missing: list[str]) -> str:
     names = [str(c) for c in columns]
     if len(names) == 1 and any(sep in names[0] for sep in (";", "\t", "|")):
         return " (the header is one column: is the file separated by something other than commas?)"
-    near = {m: n for m in missing for n in names if n.strip().lower().replace(" ", "_") == m and n != m}
+    near = {m: n for m in missing for n in names if _column_key(n) == m and n != m}
     if near:
         return " (" + ", ".join(f"{n!r} for {m!r}" for m, n in near.items()) + ": column names are lower case)"
     return ""
@@ -762,6 +764,7 @@ def read_table(
             raise SchemaError(f"{p}: missing required column(s) {', '.join(missing)}"
                               + _column_hint(df.columns, missing) + import_hint(p))
         _refuse_case_variants(df.columns, p)
+        _warn_near_typos(df.columns, p)
         frames.append(validate(df, catalog, source=str(p)) if validate_rows else df)
     if not frames:
         raise SchemaError("no measurement tables given")

@@ -309,9 +309,9 @@ def trace_units(trace: RankTrace, peer_self_shares: dict[str, float] | None = No
         | sname.str.startswith("ProfilerStep#").to_numpy(dtype=bool)
     mapped = _map_all(names, ops["dims"].to_numpy(), ops["types"].to_numpy(), ops["out_dims"].to_numpy(),
                       ops["extra"].to_numpy(), n_children == 0, transparent, group_size)
-    view_named = np.fromiter((_view_named(x) for x in names), dtype=bool, count=n)
-    zero_filled = np.isin(np.fromiter((base_name(x) for x in names), dtype=object, count=n),
-                          list(ZERO_FILLED_COMPOSITES))
+    name_codes, distinct = pd.factorize(names)  # names judged once per distinct name
+    view_named = np.array([_view_named(x) for x in distinct] + [False], dtype=bool)[name_codes]
+    zero_filled = np.array([base_name(x) in ZERO_FILLED_COMPOSITES for x in distinct] + [False], dtype=bool)[name_codes]
     is_mapped = np.fromiter((m is not None for m in mapped), dtype=bool, count=n)
     # does an op's subtree hold anything the families cost? ... or work nobody models (a leaf that is neither
     # mapped nor a view)? Children pass it up, deepest level first.
